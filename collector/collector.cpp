@@ -1,0 +1,2 @@
+// Collector: stream decoding, symbolization and profile building.
+#include "profile/model.h"

@@ -1,0 +1,84 @@
+// The event stream from the preload (one per process image) to the collector.
+// Specified in docs/wire-format.md; keep the two in step.
+//
+// Layout: a 8-byte header ("MLPW", major, minor, 2 reserved bytes), then records.
+// A record is: u8 type, varint payload length, payload. Payload fields are varints (unsigned, or
+// zigzag where marked "s"), strings are varint length + bytes. A reader skips record types it does
+// not know (later minor versions add types and append fields to existing payloads; readers ignore
+// trailing payload bytes they do not understand). The stream ends cleanly with PROCESS_END.
+//
+// signal-safe: constants only.
+#pragma once
+#include <cstdint>
+
+namespace mlprof::wire {
+
+inline constexpr char kMagic[4] = {'M', 'L', 'P', 'W'};
+inline constexpr uint8_t kMajor = 1;
+inline constexpr uint8_t kMinor = 0;
+inline constexpr unsigned kHeaderSize = 8;
+
+enum class Record : uint8_t {
+  // pid, ppid, start_realtime_ns, start_mono_ns, period_ns, timer_kind, exe (str),
+  // argc, argv[argc] (str), flags
+  kProcessStart = 1,
+  // module_id, load_bias, path (str), build_id (str, raw bytes, may be empty),
+  // nranges, {start, end}[nranges]  (absolute addresses of executable PT_LOAD segments)
+  kModuleLoad = 2,
+  // module_id, mono_ns
+  kModuleUnload = 3,
+  // tid, mono_ns, name (str)
+  kThreadStart = 4,
+  // tid, name (str)
+  kThreadName = 5,
+  // tid, mono_ns
+  kThreadEnd = 6,
+  // stack_id, nframes, then nframes pcs, leaf first: first as a plain varint, each following one
+  // as a zigzag delta from the previous. Frame 0 is the interrupted pc; the rest are return
+  // addresses (the collector looks them up at pc-1). flags (see StackFlags).
+  kStack = 7,
+  // tid, stack_id, mono_ns delta from the previous sample of this stream (s), weight (ticks)
+  kSample = 8,
+  // nkeys, {counter id, value}[nkeys]  -- absolute values, the latest one wins
+  kCounters = 9,
+  // severity (0 info, 1 warning), text (str): shown once on stderr by the preload and kept in the report
+  kMessage = 10,
+  // mono_ns, reason (EndReason), status (exit code when known)
+  kProcessEnd = 11,
+  // reply to a collector's flush request: sequence number of the request
+  kFlushed = 12,
+};
+
+enum class TimerKind : uint8_t { kThreadCpuTimer = 0, kPerfTaskClock = 1 };
+
+enum class EndReason : uint8_t {
+  kExit = 0,      // exit() / return from main: atexit and destructors ran
+  kExec = 1,      // the image was replaced by execve; a new stream with the same pid follows
+  kDetached = 2,  // profiling was stopped on request (mlprof-run --duration), the process runs on
+};
+
+enum StackFlags : uint8_t {
+  kStackTruncated = 1,   // deeper than the frame limit: the outermost frames are missing
+  kStackUnwindStop = 2,  // the unwinder stopped early (no unwind info / bad frame)
+  kStackLeafOnly = 4,    // unwinding was unsafe at that moment (inside the loader): leaf pc only
+};
+
+enum class Counter : uint8_t {
+  kSamples = 1,          // signals handled with a stack written to the ring
+  kDroppedRingFull = 2,  // samples lost because the writer could not keep up
+  kDroppedNoThread = 3,  // signals that arrived on a thread the preload does not track
+  kUnwindStopped = 4,    // stacks that ended early
+  kLeafOnly = 5,         // stacks reduced to the leaf pc
+  kDroppedTransport = 6, // bytes not delivered because the collector was gone or too slow
+  kStacks = 7,           // distinct stacks sent
+  kThreads = 8,          // threads seen
+  kTicks = 9,            // timer ticks represented (samples weighted by missed ticks)
+};
+
+// Commands from the collector to the preload, one byte each on the same socket.
+enum class Command : uint8_t {
+  kFlush = 'F',   // drain rings, send counters, answer kFlushed
+  kDetach = 'D',  // stop sampling, drain, end the stream with kProcessEnd(kDetached)
+};
+
+}  // namespace mlprof::wire

@@ -1,0 +1,2 @@
+// Preload core placeholder until the sampler lands.
+#include "preload/unwinder.h"

@@ -1,0 +1,34 @@
+// Stack unwinding from a signal's ucontext. Two implementations:
+//  - unwind_cfi.cpp: mlprof's own DWARF CFI unwinder over tables built outside signal context
+//    (no loader lock, no allocation, reads only inside the thread's stack bounds);
+//  - unwind_libunwind.cpp: libunwind, loaded with dlopen(RTLD_LOCAL) so that its _Unwind_*
+//    symbols never enter the host's global scope.
+// MLPROF_UNWINDER=cfi|libunwind selects one (docs/environment.md).
+#pragma once
+#include <cstdint>
+
+namespace mlprof::preload {
+
+// The range of the interrupted thread's stack; reads outside it are never made.
+struct StackBounds {
+  uintptr_t lo = 0;
+  uintptr_t hi = 0;
+};
+
+struct UnwindResult {
+  int nframes = 0;    // pcs written: pcs[0] is the interrupted pc, the rest are return addresses
+  uint8_t flags = 0;  // mlprof::wire::StackFlags
+};
+
+// signal-safe
+UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_t* pcs, int max_frames);
+// signal-safe (as far as libunwind's local unwinding is; see unwind_libunwind.cpp)
+UnwindResult unwind_libunwind(const void* ucontext, uint64_t* pcs, int max_frames);
+
+// Not signal-safe. Build/refresh CFI tables for all loaded modules (at start, and after
+// dlopen/dlclose from the writer thread). Returns false if no module could be parsed.
+bool cfi_refresh_modules();
+// Not signal-safe. dlopen libunwind and warm it up. Returns false (and a static message) on failure.
+bool libunwind_load(const char** error);
+
+}  // namespace mlprof::preload

@@ -1,0 +1,2 @@
+// Report: terminal summary, HTML and exports.
+#include "profile/model.h"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything mlprof needs to build, test and benchmark, by Debian package name.
+# Safe to run again: apt skips what is already installed.
+set -euo pipefail
+pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  libunwind-dev      # unwinding in the preload's signal handler
+  libdw-dev libelf-dev  # symbolization in the collector (elfutils)
+  libfmt-dev         # formatting in collector/report/tools
+  libcli11-dev       # command-line parsing for mlprof-run and mlprof
+  nlohmann-json3-dev # JSON exports
+  zlib1g-dev         # crc32 for profile trailers, gzip for pprof
+  libgtest-dev libgmock-dev googletest
+  binutils           # objcopy/strip for test fixtures
+)
+if [ "${MLPROF_BENCH_DEPS:-0}" = 1 ]; then
+  pkgs+=(google-perftools libgoogle-perftools-dev linux-perf hyperfine)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  echo "mlprof: installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "common/varint.h"
+TEST(PreloadCore, Links){ EXPECT_EQ(mlprof::varint::zigzag(-1), 1u); }
