@@ -1,2 +1,0 @@
-// Collector: stream decoding, symbolization and profile building.
-#include "profile/model.h"

@@ -1,0 +1,20 @@
+// Turns decoded process streams into a Profile: symbolizes every stack once, merges identical
+// symbolized stacks across threads and processes, links parents and exec chains, and computes
+// the per-function and per-line tables.
+#pragma once
+#include <vector>
+
+#include "collector/stream_decoder.h"
+#include "profile/model.h"
+
+namespace mlprof::collector {
+
+struct BuildOptions {
+  std::vector<std::string> extra_debug_dirs;
+};
+
+// `run` carries what the caller knows about the run (command, times, rate, exit status...).
+profile::Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInfo& run,
+                               const BuildOptions& opts = {});
+
+}  // namespace mlprof::collector

@@ -1,0 +1,216 @@
+#include "collector/stream_decoder.h"
+
+#include <cstring>
+
+#include "common/varint.h"
+#include "fmt/format.h"
+
+namespace mlprof::collector {
+
+using varint::Reader;
+
+bool StreamDecoder::feed(const uint8_t* data, size_t n) {
+  if (failed_) return false;
+  s_.bytes += n;
+  buf_.insert(buf_.end(), data, data + n);
+  size_t pos = 0;
+  if (!header_ok_) {
+    if (buf_.size() < wire::kHeaderSize) return true;
+    if (memcmp(buf_.data(), wire::kMagic, 4) != 0) {
+      s_.error = "not an mlprof event stream (bad magic)";
+      failed_ = true;
+      return false;
+    }
+    if (buf_[4] != wire::kMajor) {
+      s_.error = fmt::format("event stream version {}.{} is not supported by this collector (version {}.{}); "
+                             "use the mlprof-run and preload of the same release", buf_[4], buf_[5], wire::kMajor, wire::kMinor);
+      failed_ = true;
+      return false;
+    }
+    header_ok_ = true;
+    pos = wire::kHeaderSize;
+  }
+  while (pos < buf_.size()) {
+    uint8_t type = buf_[pos];
+    uint64_t len = 0;
+    size_t n_len = varint::decode(buf_.data() + pos + 1, buf_.data() + buf_.size(), &len);
+    if (n_len == 0) {
+      if (buf_.size() - pos - 1 >= varint::kMaxBytes) {
+        s_.error = "corrupt event stream (bad record length)";
+        failed_ = true;
+        return false;
+      }
+      break;  // length not complete yet
+    }
+    size_t start = pos + 1 + n_len;
+    if (len > (64u << 20)) {
+      s_.error = "corrupt event stream (record larger than 64 MiB)";
+      failed_ = true;
+      return false;
+    }
+    if (buf_.size() - start < len) break;  // payload not complete yet
+    ++seq_;
+    if (!record(type, buf_.data() + start, static_cast<size_t>(len))) {
+      failed_ = true;
+      buf_.clear();
+      return false;
+    }
+    pos = start + static_cast<size_t>(len);
+  }
+  buf_.erase(buf_.begin(), buf_.begin() + static_cast<ptrdiff_t>(pos));
+  return true;
+}
+
+void StreamDecoder::finish() {
+  if (!failed_ && !header_ok_ && !buf_.empty() && s_.error.empty())
+    s_.error = "event stream ended inside its header";
+  buf_.clear();
+}
+
+uint32_t StreamDecoder::thread_index(uint32_t tid) {
+  auto it = live_threads_.find(tid);
+  if (it != live_threads_.end()) return it->second;
+  // A sample from a thread whose start record was not seen (should not happen): invent one.
+  RawThread t;
+  t.tid = tid;
+  s_.threads.push_back(t);
+  uint32_t idx = static_cast<uint32_t>(s_.threads.size() - 1);
+  live_threads_[tid] = idx;
+  return idx;
+}
+
+bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
+  Reader r(p, n);
+  auto str = [&r]() {
+    uint64_t len = r.u();
+    const uint8_t* b = r.bytes(static_cast<size_t>(len));
+    return b ? std::string(reinterpret_cast<const char*>(b), static_cast<size_t>(len)) : std::string();
+  };
+  switch (static_cast<wire::Record>(type)) {
+    case wire::Record::kProcessStart: {
+      s_.pid = static_cast<uint32_t>(r.u());
+      s_.ppid = static_cast<uint32_t>(r.u());
+      s_.start_realtime_ns = static_cast<int64_t>(r.u());
+      s_.start_mono_ns = static_cast<int64_t>(r.u());
+      s_.period_ns = static_cast<int64_t>(r.u());
+      s_.timer_kind = static_cast<uint8_t>(r.u());
+      s_.exe = str();
+      uint64_t argc = r.u();
+      for (uint64_t i = 0; i < argc && !r.bad; ++i) s_.argv.push_back(str());
+      s_.flags = r.u();
+      s_.started = true;
+      last_sample_ns_ = s_.start_mono_ns;
+      break;
+    }
+    case wire::Record::kModuleLoad: {
+      RawModule m;
+      m.id = static_cast<uint32_t>(r.u());
+      m.load_bias = r.u();
+      m.path = str();
+      m.build_id = str();
+      uint64_t nr = r.u();
+      for (uint64_t i = 0; i < nr && !r.bad; ++i) {
+        uint64_t a = r.u(), b = r.u();
+        m.ranges.emplace_back(a, b);
+      }
+      m.loaded_seq = seq_;
+      if (!r.bad) s_.modules.push_back(std::move(m));
+      break;
+    }
+    case wire::Record::kModuleUnload: {
+      uint32_t id = static_cast<uint32_t>(r.u());
+      for (auto& m : s_.modules)
+        if (m.id == id && m.unloaded_seq == UINT64_MAX) m.unloaded_seq = seq_;
+      break;
+    }
+    case wire::Record::kThreadStart: {
+      RawThread t;
+      t.tid = static_cast<uint32_t>(r.u());
+      t.start_ns = static_cast<int64_t>(r.u());
+      t.name = str();
+      s_.threads.push_back(std::move(t));
+      live_threads_[s_.threads.back().tid] = static_cast<uint32_t>(s_.threads.size() - 1);
+      break;
+    }
+    case wire::Record::kThreadName: {
+      uint32_t tid = static_cast<uint32_t>(r.u());
+      std::string name = str();
+      if (!r.bad) s_.threads[thread_index(tid)].name = std::move(name);
+      break;
+    }
+    case wire::Record::kThreadEnd: {
+      uint32_t tid = static_cast<uint32_t>(r.u());
+      int64_t t = static_cast<int64_t>(r.u());
+      if (!r.bad) {
+        s_.threads[thread_index(tid)].end_ns = t;
+        live_threads_.erase(tid);
+      }
+      break;
+    }
+    case wire::Record::kStack: {
+      uint64_t id = r.u();
+      uint64_t nf = r.u();
+      if (nf > 4096) {
+        s_.error = "corrupt event stream (stack deeper than 4096 frames)";
+        return false;
+      }
+      RawStack st;
+      st.pcs.reserve(static_cast<size_t>(nf));
+      uint64_t prev = 0;
+      for (uint64_t i = 0; i < nf && !r.bad; ++i) {
+        uint64_t pc = i == 0 ? r.u() : prev + static_cast<uint64_t>(r.s());
+        st.pcs.push_back(pc);
+        prev = pc;
+      }
+      st.flags = static_cast<uint8_t>(r.u());
+      st.seq = seq_;
+      if (!r.bad) s_.stacks[id] = std::move(st);
+      break;
+    }
+    case wire::Record::kSample: {
+      uint32_t tid = static_cast<uint32_t>(r.u());
+      RawSample smp;
+      smp.stack = r.u();
+      last_sample_ns_ += r.s();
+      smp.t_ns = last_sample_ns_;
+      smp.weight = static_cast<uint32_t>(r.u());
+      if (r.bad) break;
+      smp.thread = thread_index(tid);
+      s_.samples.push_back(smp);
+      break;
+    }
+    case wire::Record::kCounters: {
+      uint64_t nk = r.u();
+      for (uint64_t i = 0; i < nk && !r.bad; ++i) {
+        uint64_t key = r.u(), value = r.u();
+        if (!r.bad) s_.counters[static_cast<wire::Counter>(key)] = value;
+      }
+      break;
+    }
+    case wire::Record::kMessage: {
+      r.u();  // severity
+      std::string text = str();
+      if (!r.bad) s_.messages.push_back(std::move(text));
+      break;
+    }
+    case wire::Record::kProcessEnd: {
+      s_.end_ns = static_cast<int64_t>(r.u());
+      s_.end_reason = static_cast<wire::EndReason>(r.u());
+      s_.exit_status = static_cast<int32_t>(r.s());
+      s_.ended = !r.bad;
+      break;
+    }
+    case wire::Record::kFlushed:
+      ++flushed_;
+      break;
+    default:
+      break;  // a record type from a newer minor version: skip it
+  }
+  if (r.bad) {
+    s_.error = fmt::format("corrupt event stream (record type {} shorter than its fields)", type);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace mlprof::collector

@@ -1,0 +1,86 @@
+#include "preload/config.h"
+
+#include <signal.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace mlprof::preload {
+namespace {
+
+// Parses a whole decimal number in [lo, hi]; false on anything else ("100x", "", overflow).
+bool parse_uint(const char* s, unsigned long lo, unsigned long hi, unsigned long* out) {
+  if (!s || !*s) return false;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long v = strtoul(s, &end, 10);
+  if (errno || *end != '\0' || s[0] == '-' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+void load_config(Config& cfg, void (*report)(const char* msg)) {
+  static char buf[4][768];
+  int nbuf = 0;
+  auto complain = [&](const char* fmt, const char* name, const char* value) {
+    if (nbuf >= 4) return;
+    snprintf(buf[nbuf], sizeof buf[nbuf], fmt, name, value);
+    report(buf[nbuf++]);
+  };
+
+  const char* quiet = getenv("MLPROF_QUIET");
+  cfg.quiet = quiet && strcmp(quiet, "1") == 0;
+
+  const char* disable = getenv("MLPROF_DISABLE");
+  if (disable && strcmp(disable, "1") == 0) return;
+
+  const char* sock = getenv("MLPROF_SOCKET");
+  const char* dir = getenv("MLPROF_OUTPUT_DIR");
+  if (sock && *sock) {
+    if (strlen(sock) >= sizeof cfg.socket_path) {
+      complain("%s=%s is longer than a Unix socket path may be; not profiling", "MLPROF_SOCKET", sock);
+      return;
+    }
+    strcpy(cfg.socket_path, sock);
+  } else if (dir && *dir) {
+    if (strlen(dir) >= sizeof cfg.output_dir - 64) {
+      complain("%s=%s is too long; not profiling", "MLPROF_OUTPUT_DIR", dir);
+      return;
+    }
+    strcpy(cfg.output_dir, dir);
+  } else {
+    return;  // preloaded without a destination: stay out of the way silently
+  }
+  cfg.enabled = true;
+
+  unsigned long v = 0;
+  if (const char* rate = getenv("MLPROF_RATE")) {
+    if (parse_uint(rate, 1, 10000, &v))
+      cfg.rate_hz = static_cast<uint32_t>(v);
+    else
+      complain("%s=%s is not a sampling rate in Hz (1..10000); using 100", "MLPROF_RATE", rate);
+  }
+
+  cfg.signo = SIGRTMIN + 5;
+  if (const char* sig = getenv("MLPROF_SIGNAL")) {
+    if (parse_uint(sig, 1, static_cast<unsigned long>(SIGRTMAX), &v) && v != SIGKILL && v != SIGSTOP &&
+        v != SIGSEGV && v != SIGBUS && v != SIGFPE && v != SIGILL)
+      cfg.signo = static_cast<int>(v);
+    else
+      complain("%s=%s is not a usable signal number; using SIGRTMIN+5", "MLPROF_SIGNAL", sig);
+  }
+
+  if (const char* unw = getenv("MLPROF_UNWINDER")) {
+    if (strcmp(unw, "cfi") == 0)
+      cfg.unwinder = UnwinderKind::kCfi;
+    else if (strcmp(unw, "libunwind") == 0)
+      cfg.unwinder = UnwinderKind::kLibunwind;
+    else
+      complain("%s=%s is not an unwinder (cfi or libunwind); using cfi", "MLPROF_UNWINDER", unw);
+  }
+}
+
+}  // namespace mlprof::preload

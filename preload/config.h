@@ -1,0 +1,24 @@
+// The preload's settings, read once from MLPROF_* environment variables (docs/environment.md).
+// Bad values are reported once on stderr (and in the profile) and replaced by the default.
+#pragma once
+#include <cstdint>
+
+namespace mlprof::preload {
+
+enum class UnwinderKind : uint8_t { kCfi, kLibunwind };
+
+struct Config {
+  bool enabled = false;          // false: no MLPROF_SOCKET/MLPROF_OUTPUT_DIR, or MLPROF_DISABLE=1
+  char socket_path[108] = {};    // MLPROF_SOCKET: the collector's Unix socket
+  char output_dir[512] = {};     // MLPROF_OUTPUT_DIR: offline mode, one event file per process image
+  uint32_t rate_hz = 100;        // MLPROF_RATE: 1..10000
+  int signo = 0;                 // MLPROF_SIGNAL: sampling signal (default SIGRTMIN+5)
+  UnwinderKind unwinder = UnwinderKind::kCfi;  // MLPROF_UNWINDER
+  bool quiet = false;            // MLPROF_QUIET=1: no stderr messages from the preload
+};
+
+// Parses the environment into cfg. Problems are passed to report(msg) (static strings or
+// formatted into a caller buffer), at most a few. Not signal-safe; called from the constructor.
+void load_config(Config& cfg, void (*report)(const char* msg));
+
+}  // namespace mlprof::preload

@@ -1,2 +1,0 @@
-// Preload core placeholder until the sampler lands.
-#include "preload/unwinder.h"

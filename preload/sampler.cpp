@@ -1,0 +1,113 @@
+// SIGNAL CONTEXT. on_sample() runs inside the sampling signal handler on whatever thread the
+// kernel interrupted, at any instruction, possibly inside malloc, the loader or a lock.
+//
+// Allowed here: loads/stores to preallocated memory (the thread's ring and slot), atomics,
+//   clock_gettime (vDSO), the unwinder's signal-safe entry points.
+// Forbidden here: malloc/free/new, locks, stdio, dlsym/dl_iterate_phdr, C++ exceptions,
+//   thread_locals with dynamic initialization, anything that may change errno (saved/restored).
+// Functions reachable from the handler are marked `// signal-safe`.
+#include "preload/sampler.h"
+
+#include <signal.h>
+#include <time.h>
+#include <ucontext.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/wire_format.h"
+#include "preload/threads.h"
+#include "preload/unwinder.h"
+
+namespace mlprof::preload {
+
+SamplerState g_sampler;
+
+namespace {
+
+// signal-safe
+void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
+  const int saved_errno = errno;
+  ThreadSlot* slot = t_slot;
+  if (slot == nullptr || !g_sampler.sampling.load(std::memory_order_relaxed)) {
+    if (slot == nullptr) g_sampler.dropped_no_thread.fetch_add(1, std::memory_order_relaxed);
+    errno = saved_errno;
+    return;
+  }
+  // A timer signal that could not be queued while the previous one was pending counts as an
+  // overrun: the sample stands for those ticks too.
+  uint32_t weight = 1;
+  if (si != nullptr && si->si_code == SI_TIMER && si->si_overrun > 0) weight += static_cast<uint32_t>(si->si_overrun);
+  slot->ticks.fetch_add(weight, std::memory_order_relaxed);
+
+  constexpr uint32_t kMaxRecord = sizeof(RawSample) + kMaxFrames * sizeof(uint64_t);
+  uint8_t* rec = slot->ring.reserve(kMaxRecord);
+  if (rec == nullptr) {
+    slot->dropped.fetch_add(1, std::memory_order_relaxed);
+    errno = saved_errno;
+    return;
+  }
+  RawSample* hdr = reinterpret_cast<RawSample*>(rec);
+  uint64_t* pcs = reinterpret_cast<uint64_t*>(rec + sizeof(RawSample));
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+
+  UnwindResult r;
+  if (t_in_loader) {
+    // Inside dlopen/dlclose the module list is changing under us: record where we are only.
+    const ucontext_t* uc = static_cast<const ucontext_t*>(ucontext);
+    pcs[0] = static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RIP]);
+    r.nframes = 1;
+    r.flags = wire::kStackLeafOnly;
+    slot->leaf_only.fetch_add(1, std::memory_order_relaxed);
+  } else if (g_sampler.unwinder == UnwinderKind::kLibunwind) {
+    r = unwind_libunwind(ucontext, pcs, kMaxFrames);
+  } else {
+    r = unwind_cfi(ucontext, slot->bounds, pcs, kMaxFrames);
+  }
+  if (r.flags & wire::kStackUnwindStop) slot->unwind_stopped.fetch_add(1, std::memory_order_relaxed);
+
+  hdr->t_ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  hdr->weight = weight;
+  hdr->nframes = static_cast<uint16_t>(r.nframes);
+  hdr->flags = r.flags;
+  hdr->reserved = 0;
+  slot->ring.commit(static_cast<uint32_t>(sizeof(RawSample) + r.nframes * sizeof(uint64_t)));
+  slot->samples.fetch_add(1, std::memory_order_relaxed);
+  errno = saved_errno;
+}
+
+}  // namespace
+
+bool install_sample_handler(int signo, const char** why) {
+  struct sigaction old;
+  if (sigaction(signo, nullptr, &old) != 0) {
+    *why = "cannot query the sampling signal's handler";
+    return false;
+  }
+  if ((old.sa_flags & SA_SIGINFO) ? old.sa_sigaction != nullptr
+                                  : (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)) {
+    *why = "the program already handles the sampling signal; set MLPROF_SIGNAL to a free signal number";
+    return false;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sample;
+  // SA_RESTART: a sample that lands in a restartable syscall must not make it fail with EINTR.
+  // SA_ONSTACK: runtimes such as Go require it of every handler; harmless without an altstack.
+  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(signo, &sa, nullptr) != 0) {
+    *why = "cannot install the sampling signal's handler";
+    return false;
+  }
+  return true;
+}
+
+bool sample_handler_installed(int signo) {
+  struct sigaction cur;
+  if (sigaction(signo, nullptr, &cur) != 0) return false;
+  return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sample;
+}
+
+}  // namespace mlprof::preload

@@ -1,0 +1,74 @@
+// Per-thread sampling state: one slot per live thread, each with its own sample ring and CPU-time
+// timer. Slots live in one mmap'd array so the signal handler reaches its slot through a single
+// initial-exec thread-local pointer without allocating.
+#pragma once
+#include <pthread.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "preload/ring.h"
+#include "preload/unwinder.h"
+
+namespace mlprof::preload {
+
+enum SlotState : uint32_t { kSlotFree = 0, kSlotClaimed = 1, kSlotActive = 2, kSlotRetired = 3 };
+
+struct ThreadSlot {
+  std::atomic<uint32_t> state{kSlotFree};
+  uint32_t tid = 0;
+  Ring ring;
+  uint8_t* ring_mem = nullptr;
+  timer_t timer{};
+  bool has_timer = false;
+  StackBounds bounds;
+  int64_t start_ns = 0;
+  std::atomic<int64_t> end_ns{0};
+  char end_name[16] = {};  // the thread's name as it ended (set before retiring)
+
+  // Written by this thread's signal handler only; read by the writer.
+  std::atomic<uint64_t> samples{0}, dropped{0}, unwind_stopped{0}, leaf_only{0}, ticks{0};
+
+  // Writer-side bookkeeping.
+  bool announced = false;
+  char sent_name[16] = {};
+};
+
+// Set on the thread itself; read by the signal handler.
+extern __thread ThreadSlot* t_slot __attribute__((tls_model("initial-exec")));
+// Non-zero while this thread is inside the dynamic loader (dlopen/dlclose hooks): unwinding then
+// would walk structures the loader is changing, so the handler records the leaf pc only.
+extern __thread int t_in_loader __attribute__((tls_model("initial-exec")));
+
+class ThreadRegistry {
+ public:
+  static constexpr uint32_t kMaxThreads = 8192;
+  static constexpr uint32_t kRingBytes = 64 * 1024;
+
+  bool init();  // maps the slot array; false when mmap fails
+  // Registers the calling thread: claims a slot, maps its ring, records its stack bounds and
+  // starts its CPU-time timer. Returns nullptr when out of slots or memory (thread runs unprofiled).
+  ThreadSlot* register_current(int signo, int64_t period_ns, int64_t now_ns);
+  // The calling thread is ending: stop its timer and hand the slot to the writer for a last drain.
+  void retire_current(int64_t now_ns);
+  // Writer: after the last drain of a retired slot, unmap its ring and free it.
+  void release(ThreadSlot* slot);
+  // Stops every thread's timer (exit, detach). Signals already queued are dropped by the handler.
+  void stop_all_timers();
+  // In a fork child: only the forking thread survives. Frees every other slot without touching
+  // their (inherited, never again written) rings, and re-arms the current thread's timer.
+  void reset_after_fork(int signo, int64_t period_ns, int64_t now_ns);
+
+  ThreadSlot* slot(uint32_t i) { return &slots_[i]; }
+  uint32_t high_water() const { return high_water_.load(std::memory_order_acquire); }
+  std::atomic<uint64_t> no_slot{0};       // threads that could not get a slot
+  std::atomic<uint64_t> timer_failures{0};
+
+ private:
+  bool start_timer(ThreadSlot* s, int signo, int64_t period_ns);
+  ThreadSlot* slots_ = nullptr;
+  std::atomic<uint32_t> high_water_{0};
+};
+
+}  // namespace mlprof::preload

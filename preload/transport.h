@@ -1,0 +1,36 @@
+// Where the writer thread's bytes go: the collector's Unix socket, or an event file (offline mode).
+// Only the writer thread (or a hook holding the writer's lock) uses it. A collector that goes away
+// or stops reading never blocks the application: the transport gives up, counts what it dropped,
+// and the rings then overflow into counted drops.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace mlprof::preload {
+
+class Transport {
+ public:
+  // Connects to the collector; false (transport dead) when it cannot.
+  bool open_socket(const char* path);
+  // Creates dir/<pid>-<mono_ns>.mlpw; false when it cannot.
+  bool open_file(const char* dir, int pid, int64_t mono_ns);
+  // Sends all n bytes or none are counted as sent; after a failure the transport is dead.
+  bool send(const uint8_t* data, size_t n);
+  // Waits up to timeout_ms for a command byte from the collector. Returns the byte, or -1.
+  int wait_command(int timeout_ms);
+  void close();
+  // In a fork child: forget the parent's connection without shutting it down for the parent.
+  void abandon();
+  bool alive() const { return fd_ >= 0; }
+  bool is_socket() const { return socket_; }
+  uint64_t dropped_bytes() const { return dropped_bytes_; }
+  const char* failure() const { return failure_; }
+
+ private:
+  int fd_ = -1;
+  bool socket_ = false;
+  uint64_t dropped_bytes_ = 0;
+  const char* failure_ = nullptr;
+};
+
+}  // namespace mlprof::preload

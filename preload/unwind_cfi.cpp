@@ -1,0 +1,450 @@
+// mlprof's own DWARF CFI stack unwinder for x86-64 (the approach of async-profiler's DwarfParser
+// and FrameDesc): eh_frame.cpp turns every module's .eh_frame into a sorted table of rows once,
+// outside signal context; the handler only does binary searches and reads from the stack.
+//
+// SIGNAL SAFETY. unwind_cfi() and every function marked `// signal-safe` run in the profiler's
+// signal handler, on any thread, at any instruction. Allowed there: loads of the published
+// snapshot (acquire), loads from the tables it points to, and 8-byte-aligned loads from the
+// interrupted thread's stack inside [bounds.lo, bounds.hi). Forbidden: malloc/free/new, locks,
+// stdio, any syscall (so errno is never touched), dlsym/dl_iterate_phdr (the loader lock may be
+// held by the interrupted code), exceptions, and reading module memory: a concurrent dlclose
+// may unmap it; the tables are our own copies.
+//
+// PUBLICATION. cfi_refresh_modules() (not signal-safe; serialised by a mutex) builds a new
+// immutable Snapshot (modules' executable ranges sorted by address, each pointing to its Table
+// of rows) in fresh mmap'd memory and publishes it with one release store. Tables of modules
+// that did not change (same path and load bias) are shared with the previous snapshot instead
+// of being parsed again.
+//
+// RECLAMATION (grace period). A handler may still be walking a snapshot, and its tables, after
+// a refresh replaced it. Replaced snapshots and tables of unloaded modules are therefore put on
+// a retired list with the time of retirement and unmapped only by a later refresh, once they
+// have been retired for at least the grace period (2 s). An unwind takes well under 10 µs and
+// never blocks, so 2 s is a margin of five orders of magnitude. (Chosen over a per-thread
+// in-handler counter: it costs the handler nothing and needs no coordination with the
+// sampler's thread registry. The residual risk is a thread stopped by a debugger in the middle
+// of unwind_cfi for more than 2 s while another thread refreshes.)
+// Memory comes from mmap, never malloc, so a malloc interposer cannot recurse into us.
+//
+// LOOKUP. Per frame: the previous frame's range is tried first, else a binary search over the
+// snapshot's ranges; then a bucket index narrows the row search to a few rows (see Table).
+// Measured on a 2-vCPU KVM EPYC: ~20 ns/frame with warm caches; a handler interrupting
+// cache-hungry code pays cache/TLB misses (~7 us for 15 frames, libunwind: ~18 us).
+// FORK: a child forked while another thread held g_refresh_mutex must not call
+// cfi_refresh_modules() before re-initialising it (the sampler's atfork handler).
+#include <elf.h>
+#include <link.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/ucontext.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "common/wire_format.h"
+#include "preload/eh_frame.h"
+#include "preload/unwinder.h"
+
+namespace mlprof::preload {
+namespace {
+
+using cfi::Row;
+
+struct Table {
+  Table* retired_next;
+  uint64_t retired_ns;
+  size_t map_size;
+  uint64_t generation;  // the last refresh that included this table (refresh-only field)
+  uintptr_t bias;
+  const Row* rows;
+  uint32_t nrows;
+  uint32_t path_len;
+  const char* path;
+  // A bucket index over the rows, so that a lookup touches two or three cache lines instead of
+  // the ~17 of a binary search over all rows (which cost ~10 us per cold stack): bucket b covers
+  // pc offsets [rows[0].pc + (b << shift), +1 << shift) and index[b] is the row in force at its
+  // start. shift is chosen so that there are no more buckets than rows.
+  const uint32_t* index;
+  uint32_t nbuckets;  // (span >> shift) + 2, so index[b + 1] always exists for in-span pcs
+  uint32_t shift;
+};
+
+struct Range {  // one cache line: the handler needs nothing from the Table header
+  uintptr_t start, end;  // an executable PT_LOAD segment, absolute addresses
+  uintptr_t bias;        // copies of the table's fields
+  const Row* rows;
+  const uint32_t* index;
+  uint32_t nrows;
+  uint32_t shift;
+  const Table* table;
+  uint64_t pad;
+};
+static_assert(sizeof(Range) == 64);
+
+struct Snapshot {
+  Snapshot* retired_next;
+  uint64_t retired_ns;
+  size_t map_size;
+  uint32_t nranges;
+  uint32_t ntables;
+  const Range* ranges;  // sorted by start, non-overlapping
+  Table** tables;       // each distinct table once (refresh-only: reuse and retirement)
+};
+
+std::atomic<const Snapshot*> g_snapshot{nullptr};
+
+// ---- the handler side --------------------------------------------------------------------------
+
+// signal-safe
+inline bool read_stack(const StackBounds& b, uint64_t addr, uint64_t* out) {
+  if ((addr & 7) != 0 || addr < b.lo || b.hi < 8 || addr > b.hi - 8) return false;
+  *out = *reinterpret_cast<const uint64_t*>(addr);
+  return true;
+}
+
+// signal-safe: the executable range holding pc; `hint` (the previous frame's) is tried first.
+const Range* find_range(const Snapshot* s, uint64_t pc, const Range* hint) {
+  if (hint && pc >= hint->start && pc < hint->end) return hint;
+  if (!s || s->nranges == 0 || pc < s->ranges[0].start) return nullptr;
+  uint32_t lo = 0, hi = s->nranges;
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (s->ranges[mid].start <= pc) lo = mid; else hi = mid;
+  }
+  return pc < s->ranges[lo].end ? &s->ranges[lo] : nullptr;
+}
+
+// signal-safe: the row in force at pc, or nullptr.
+const Row* find_row(const Range* r, uint64_t pc) {
+  if (!r || pc < r->bias || r->nrows == 0) return nullptr;
+  uint64_t off = pc - r->bias;
+  const Row* rows = r->rows;
+  if (off < rows[0].pc) return nullptr;
+  uint32_t last = r->nrows - 1;
+  if (off >= rows[last].pc) return rows[last].cfa_kind == cfi::kCfaNone ? nullptr : &rows[last];
+  uint64_t b = (off - rows[0].pc) >> r->shift;  // < nbuckets - 1 since off < rows[last].pc
+  uint32_t a = r->index[b], z = r->index[b + 1];  // the answer is in [a, z]
+  while (a < z) {
+    uint32_t mid = a + (z - a + 1) / 2;
+    if (rows[mid].pc <= off) a = mid; else z = mid - 1;
+  }
+  return rows[a].cfa_kind == cfi::kCfaNone ? nullptr : &rows[a];
+}
+
+}  // namespace
+
+// signal-safe
+UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_t* pcs, int max_frames) {
+  UnwindResult res;
+  if (max_frames <= 0 || !ucontext) return res;
+  const mcontext_t& mc = static_cast<const ucontext_t*>(ucontext)->uc_mcontext;
+  uint64_t pc = uint64_t(mc.gregs[REG_RIP]);
+  uint64_t sp = uint64_t(mc.gregs[REG_RSP]);
+  uint64_t fp = uint64_t(mc.gregs[REG_RBP]);
+  bool fp_valid = true;
+  bool fp_fallback_used = false;
+  const Snapshot* snap = g_snapshot.load(std::memory_order_acquire);
+
+  const Range* range = nullptr;
+  pcs[0] = pc;
+  int n = 1;
+  if (pc == 0) return {n, wire::kStackUnwindStop};
+  for (;;) {
+    // Return addresses point after the call; the call itself (pc-1) may be the last
+    // instruction of a function whose successor has different rules (noreturn calls).
+    uint64_t lookup = n == 1 ? pc : pc - 1;
+    range = find_range(snap, lookup, range);
+    const Row* row = find_row(range, lookup);
+    uint64_t cfa = 0, ra = 0;
+    if (!row) {
+      // No unwind info: one frame-pointer step, if rbp looks like a frame above us.
+      uint64_t next_fp;
+      if (fp_fallback_used || !fp_valid || fp < sp || !read_stack(bounds, fp, &next_fp) ||
+          !read_stack(bounds, fp + 8, &ra)) {
+        res.flags |= wire::kStackUnwindStop;
+        break;
+      }
+      fp_fallback_used = true;
+      cfa = fp + 16;
+      fp_valid = next_fp > fp;  // the chain must grow towards the stack's base
+      fp = next_fp;
+    } else {
+      switch (row->cfa_kind) {
+        case cfi::kCfaOutermost: goto done;  // RA undefined: _start, clone3 -- a clean end
+        case cfi::kCfaRsp: cfa = sp + int64_t(row->cfa_off); break;
+        case cfi::kCfaRbp:
+          if (!fp_valid) goto stop;
+          cfa = fp + int64_t(row->cfa_off);
+          break;
+        case cfi::kCfaPlt: cfa = sp + int64_t(row->cfa_off) + ((int64_t(pc & 15) >= row->rbp_off) ? 8 : 0); break;
+        case cfi::kCfaRbpDeref:
+          if (!fp_valid || !read_stack(bounds, fp + int64_t(row->cfa_off), &cfa)) goto stop;
+          break;
+        default: goto stop;  // kCfaStop
+      }
+      if (!read_stack(bounds, cfa - 8, &ra)) goto stop;
+      switch (row->rbp_kind) {
+        case cfi::kRbpSame: break;
+        case cfi::kRbpAtCfa:
+          if (!read_stack(bounds, cfa + int64_t(row->rbp_off), &fp)) goto stop;
+          fp_valid = true;
+          break;
+        case cfi::kRbpValCfa: fp = cfa + int64_t(row->rbp_off); fp_valid = true; break;
+        default: fp_valid = false; break;
+      }
+    }
+    if (cfa <= sp) goto stop;  // the stack must unwind towards its base
+    if (ra == 0) break;        // a zeroed return address ends the chain by convention
+    if (n >= max_frames) {
+      res.flags |= wire::kStackTruncated;
+      break;
+    }
+    pcs[n++] = ra;
+    pc = ra;
+    sp = cfa;
+    continue;
+  stop:
+    res.flags |= wire::kStackUnwindStop;
+    break;
+  }
+done:
+  res.nframes = n;
+  return res;
+}
+
+// ---- the refresh side (not signal-safe) --------------------------------------------------------
+
+namespace {
+
+constexpr int kMaxRangesPerModule = 8;
+
+pthread_mutex_t g_refresh_mutex = PTHREAD_MUTEX_INITIALIZER;
+Table* g_retired_tables = nullptr;
+Snapshot* g_retired_snapshots = nullptr;
+uint64_t g_generation = 0;
+std::atomic<uint64_t> g_grace_ns{2'000'000'000};
+cfi::RegistryStats g_stats;
+
+uint64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
+}
+
+void* map_zeroed(size_t size) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+struct Pending {
+  Table* table;
+  uint32_t nranges;
+  uintptr_t start[kMaxRangesPerModule];
+  uintptr_t end[kMaxRangesPerModule];
+};
+
+struct IterContext {
+  const Snapshot* old;
+  cfi::MmapArray* pendings;  // of Pending
+  cfi::MmapArray* scratch;   // of Row
+  bool any_rows;
+};
+
+Table* find_reusable(const Snapshot* old, const char* path, size_t path_len, uintptr_t bias) {
+  if (!old) return nullptr;
+  for (uint32_t i = 0; i < old->ntables; ++i) {
+    Table* t = old->tables[i];
+    if (t->bias == bias && t->path_len == path_len && memcmp(t->path, path, path_len) == 0) return t;
+  }
+  return nullptr;
+}
+
+// Runs inside dl_iterate_phdr's callback: the loader lock keeps the module mapped meanwhile.
+Table* build_table(const dl_phdr_info* info, const char* path, size_t path_len, uintptr_t text_base,
+                   cfi::MmapArray& scratch) {
+  scratch.clear();
+  const ElfW(Phdr)* hdr = nullptr;
+  for (int i = 0; i < info->dlpi_phnum; ++i)
+    if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) hdr = &info->dlpi_phdr[i];
+  if (hdr) {
+    cfi::EhFrameSource src;
+    src.eh_frame_hdr = info->dlpi_addr + hdr->p_vaddr;
+    src.bias = info->dlpi_addr;
+    src.text_base = text_base;
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+      const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+      if (ph.p_type == PT_LOAD && hdr->p_vaddr >= ph.p_vaddr && hdr->p_vaddr < ph.p_vaddr + ph.p_filesz) {
+        src.lo = info->dlpi_addr + ph.p_vaddr;
+        src.hi = src.lo + ph.p_filesz;
+      }
+    }
+    if (!cfi::parse_eh_frame(src, scratch, nullptr)) scratch.clear();
+  }
+  size_t nrows = scratch.size();
+  uint32_t shift = 4, nbuckets = 0;
+  if (nrows) {
+    uint64_t span = static_cast<Row*>(scratch.at(nrows - 1))->pc - static_cast<Row*>(scratch.at(0))->pc;
+    while ((span >> shift) + 2 > nrows + 2) ++shift;
+    nbuckets = uint32_t((span >> shift) + 2);
+  }
+  size_t size = sizeof(Table) + nrows * sizeof(Row) + nbuckets * sizeof(uint32_t) + path_len + 1;
+  auto* mem = static_cast<char*>(map_zeroed(size));
+  if (!mem) return nullptr;
+  auto* t = reinterpret_cast<Table*>(mem);
+  auto* rows = reinterpret_cast<Row*>(mem + sizeof(Table));
+  for (size_t i = 0; i < nrows; ++i) memcpy(&rows[i], scratch.at(i), sizeof(Row));
+  auto* index = reinterpret_cast<uint32_t*>(mem + sizeof(Table) + nrows * sizeof(Row));
+  for (uint32_t b = 0, r = 0; b < nbuckets; ++b) {  // the last row with pc <= bucket start
+    uint64_t start = uint64_t(rows[0].pc) + (uint64_t(b) << shift);
+    while (r + 1 < nrows && rows[r + 1].pc <= start) ++r;
+    index[b] = r;
+  }
+  char* p = reinterpret_cast<char*>(index + nbuckets);
+  memcpy(p, path, path_len);
+  t->map_size = size;
+  t->bias = info->dlpi_addr;
+  t->rows = rows;
+  t->nrows = uint32_t(nrows);
+  t->path = p;
+  t->path_len = uint32_t(path_len);
+  t->index = index;
+  t->nbuckets = nbuckets;
+  t->shift = shift;
+  ++g_stats.tables_built;
+  return t;
+}
+
+int on_module(dl_phdr_info* info, size_t, void* data) {
+  auto* ctx = static_cast<IterContext*>(data);
+  Pending pending{};
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X) && ph.p_memsz && pending.nranges < kMaxRangesPerModule) {
+      pending.start[pending.nranges] = info->dlpi_addr + ph.p_vaddr;
+      pending.end[pending.nranges] = info->dlpi_addr + ph.p_vaddr + ph.p_memsz;
+      ++pending.nranges;
+    }
+  }
+  if (pending.nranges == 0) return 0;  // only code matters
+  const char* path = info->dlpi_name ? info->dlpi_name : "";
+  size_t path_len = strlen(path);
+  Table* t = find_reusable(ctx->old, path, path_len, info->dlpi_addr);
+  if (t) {
+    ++g_stats.tables_reused;
+  } else {
+    t = build_table(info, path, path_len, pending.start[0], *ctx->scratch);
+    if (!t) return 0;  // out of memory: the module's pcs find no rows
+  }
+  if (t->nrows) ctx->any_rows = true;
+  pending.table = t;
+  void* slot = ctx->pendings->push();
+  if (!slot) return 1;
+  memcpy(slot, &pending, sizeof pending);
+  return 0;
+}
+
+void unmap_expired(uint64_t now) {
+  uint64_t grace = g_grace_ns.load(std::memory_order_relaxed);
+  for (Table** link = &g_retired_tables; *link;) {
+    Table* t = *link;
+    if (now - t->retired_ns >= grace) {
+      *link = t->retired_next;
+      munmap(t, t->map_size);
+      --g_stats.retired;
+      ++g_stats.freed;
+    } else {
+      link = &t->retired_next;
+    }
+  }
+  for (Snapshot** link = &g_retired_snapshots; *link;) {
+    Snapshot* s = *link;
+    if (now - s->retired_ns >= grace) {
+      *link = s->retired_next;
+      munmap(s, s->map_size);
+      --g_stats.retired;
+      ++g_stats.freed;
+    } else {
+      link = &s->retired_next;
+    }
+  }
+}
+
+struct MutexGuard {
+  explicit MutexGuard(pthread_mutex_t* m) : m_(m) { pthread_mutex_lock(m_); }
+  ~MutexGuard() { pthread_mutex_unlock(m_); }
+  pthread_mutex_t* m_;
+};
+
+}  // namespace
+
+bool cfi_refresh_modules() {
+  MutexGuard guard(&g_refresh_mutex);
+  const Snapshot* old = g_snapshot.load(std::memory_order_relaxed);  // only we store it
+  cfi::MmapArray pendings(sizeof(Pending));
+  cfi::MmapArray scratch(sizeof(Row));
+  IterContext ctx{old, &pendings, &scratch, false};
+  dl_iterate_phdr(on_module, &ctx);
+
+  uint32_t nranges = 0, ntables = uint32_t(pendings.size());
+  for (size_t i = 0; i < pendings.size(); ++i) nranges += static_cast<Pending*>(pendings.at(i))->nranges;
+  size_t size = sizeof(Snapshot) + nranges * sizeof(Range) + ntables * sizeof(Table*);
+  auto* mem = static_cast<char*>(map_zeroed(size));
+  if (!mem) {  // keep the old snapshot; tables built for it now would leak, unpublished
+    return old != nullptr;
+  }
+  auto* snap = reinterpret_cast<Snapshot*>(mem);
+  auto* ranges = reinterpret_cast<Range*>(mem + sizeof(Snapshot));
+  auto** tables = reinterpret_cast<Table**>(mem + sizeof(Snapshot) + nranges * sizeof(Range));
+  ++g_generation;
+  uint32_t k = 0, rows = 0;
+  for (size_t i = 0; i < pendings.size(); ++i) {
+    auto* p = static_cast<Pending*>(pendings.at(i));
+    tables[i] = p->table;
+    p->table->generation = g_generation;
+    rows += p->table->nrows;
+    for (uint32_t j = 0; j < p->nranges; ++j) ranges[k++] = Range{p->start[j], p->end[j], p->table->bias, p->table->rows, p->table->index,
+                         p->table->nrows, p->table->shift, p->table, 0};
+  }
+  std::sort(ranges, ranges + nranges, [](const Range& a, const Range& b) { return a.start < b.start; });
+  snap->map_size = size;
+  snap->nranges = nranges;
+  snap->ntables = ntables;
+  snap->ranges = ranges;
+  snap->tables = tables;
+  g_snapshot.store(snap, std::memory_order_release);
+  g_stats.modules = ntables;
+  g_stats.rows = rows;
+
+  uint64_t now = mono_ns();
+  if (old) {
+    for (uint32_t i = 0; i < old->ntables; ++i) {
+      Table* t = old->tables[i];
+      if (t->generation == g_generation) continue;  // still published
+      t->retired_ns = now;
+      t->retired_next = g_retired_tables;
+      g_retired_tables = t;
+      ++g_stats.retired;
+    }
+    auto* o = const_cast<Snapshot*>(old);
+    o->retired_ns = now;
+    o->retired_next = g_retired_snapshots;
+    g_retired_snapshots = o;
+    ++g_stats.retired;
+  }
+  unmap_expired(now);
+  return ctx.any_rows;
+}
+
+namespace cfi {
+
+RegistryStats registry_stats() {
+  MutexGuard guard(&g_refresh_mutex);
+  return g_stats;
+}
+
+void set_grace_period_ns(uint64_t ns) { g_grace_ns.store(ns, std::memory_order_relaxed); }
+
+}  // namespace cfi
+}  // namespace mlprof::preload

@@ -1,0 +1,420 @@
+#include "preload/writer.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "preload/config.h"
+#include "preload/sampler.h"
+#include "preload/unwinder.h"
+
+namespace mlprof::preload {
+namespace {
+
+constexpr int kCycleMs = 10;           // ring drain interval
+constexpr int64_t kSlowNs = 1000000000;  // names, counters, handler check: once a second
+constexpr uint8_t kTimerKind = static_cast<uint8_t>(wire::TimerKind::kThreadCpuTimer);
+
+int64_t mono_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// The preload's own threads must not go through its pthread_create hook.
+using PthreadCreateFn = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+PthreadCreateFn real_pthread_create() {
+  static PthreadCreateFn fn = reinterpret_cast<PthreadCreateFn>(dlsym(RTLD_NEXT, "pthread_create"));
+  return fn ? fn : &pthread_create;
+}
+
+std::string read_file(const char* path, size_t limit) {
+  std::string s;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return s;
+  char buf[4096];
+  ssize_t n;
+  while (s.size() < limit && (n = read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (s.size() > limit) s.resize(limit);
+  return s;
+}
+
+std::string thread_comm(uint32_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
+  std::string s = read_file(path, 64);
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+// Two independent 64-bit FNV-1a/Murmur-style mixes give a 128-bit stack identity.
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
+}  // namespace
+
+bool Writer::open_transport(int64_t mono) {
+  if (cfg_.socket_path[0]) return transport_.open_socket(cfg_.socket_path);
+  return transport_.open_file(cfg_.output_dir, getpid(), mono);
+}
+
+bool Writer::start(int64_t start_realtime_ns, int64_t start_mono_ns, int64_t period_ns) {
+  start_realtime_ns_ = start_realtime_ns;
+  start_mono_ns_ = start_mono_ns;
+  period_ns_ = period_ns;
+  last_sample_ns_ = start_mono_ns;
+  ended_ = false;
+  stop_.store(false);
+  if (!open_transport(start_mono_ns)) return false;
+  enc_.clear();
+  enc_.header();
+  send_process_start();
+  send_modules(true);
+  flush_out();
+
+  // The writer runs with every signal blocked: the application's signals go to its own threads,
+  // and the sampling signal is never delivered here.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = real_pthread_create()(&thread_, nullptr, &Writer::thread_main, this);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (rc != 0) {
+    transport_.close();
+    return false;
+  }
+  running_.store(true, std::memory_order_release);
+  return true;
+}
+
+void* Writer::thread_main(void* self) {
+  prctl(PR_SET_NAME, "mlprof-writer", 0, 0, 0);
+  static_cast<Writer*>(self)->loop();
+  return nullptr;
+}
+
+void Writer::loop() {
+  while (!stop_.load(std::memory_order_acquire)) {
+    int cmd = transport_.wait_command(kCycleMs);
+    pthread_mutex_lock(&mu_);
+    if (ended_ || stop_.load(std::memory_order_acquire)) {
+      pthread_mutex_unlock(&mu_);
+      break;
+    }
+    cycle(false);
+    if (cmd == static_cast<int>(wire::Command::kFlush)) {
+      send_counters();
+      enc_.begin(wire::Record::kFlushed);
+      enc_.u(0);
+      enc_.end();
+      flush_out();
+    } else if (cmd == static_cast<int>(wire::Command::kDetach)) {
+      g_sampler.sampling.store(false, std::memory_order_release);
+      threads_.stop_all_timers();
+      cycle(true);
+      end_stream(wire::EndReason::kDetached, -1);
+    }
+    pthread_mutex_unlock(&mu_);
+  }
+}
+
+void Writer::finish(wire::EndReason reason, int status) {
+  bool was_running = running_.exchange(false, std::memory_order_acq_rel);
+  stop_.store(true, std::memory_order_release);
+  if (was_running && !pthread_equal(pthread_self(), thread_)) pthread_join(thread_, nullptr);
+  pthread_mutex_lock(&mu_);
+  if (!ended_) {
+    cycle(true);
+    end_stream(reason, status);
+  }
+  pthread_mutex_unlock(&mu_);
+}
+
+void Writer::end_stream(wire::EndReason reason, int status) {
+  send_counters();
+  enc_.begin(wire::Record::kProcessEnd);
+  enc_.u(static_cast<uint64_t>(mono_ns()));
+  enc_.u(static_cast<uint8_t>(reason));
+  enc_.s(status);
+  enc_.end();
+  flush_out();
+  transport_.close();
+  ended_ = true;
+}
+
+void Writer::message(int severity, const char* text) {
+  pthread_mutex_lock(&msg_mu_);
+  pending_messages_.emplace_back(severity, text);
+  pthread_mutex_unlock(&msg_mu_);
+}
+
+void Writer::send_process_start() {
+  std::string cmdline = read_file("/proc/self/cmdline", 32 * 1024);
+  std::vector<std::string_view> argv;
+  for (size_t i = 0; i < cmdline.size();) {
+    size_t z = cmdline.find('\0', i);
+    if (z == std::string::npos) z = cmdline.size();
+    argv.emplace_back(cmdline.data() + i, z - i);
+    i = z + 1;
+  }
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  enc_.begin(wire::Record::kProcessStart);
+  enc_.u(static_cast<uint64_t>(getpid()));
+  enc_.u(static_cast<uint64_t>(getppid()));
+  enc_.u(static_cast<uint64_t>(start_realtime_ns_));
+  enc_.u(static_cast<uint64_t>(start_mono_ns_));
+  enc_.u(static_cast<uint64_t>(period_ns_));
+  enc_.u(kTimerKind);
+  enc_.str(std::string_view(exe, n > 0 ? static_cast<size_t>(n) : 0));
+  enc_.u(argv.size());
+  for (auto a : argv) enc_.str(a);
+  enc_.u(cfg_.output_dir[0] ? 1 : 0);  // flags: bit 0 = offline (file) stream
+  enc_.end();
+}
+
+void Writer::send_modules(bool force) {
+  bool dirty = modules_dirty_.exchange(false, std::memory_order_acq_rel);
+  if (!force && !dirty && !modules_.changed()) return;
+  std::vector<ModuleRecord> added;
+  std::vector<uint32_t> removed;
+  modules_.rescan(added, removed);
+  if (!added.empty() || !removed.empty()) {
+    if (cfg_.unwinder == UnwinderKind::kCfi) cfi_refresh_modules();
+  }
+  // Another library may now occupy the addresses of an unloaded one: the same pcs would then mean
+  // other code, so stack ids start afresh.
+  if (!removed.empty()) stacks_.clear();
+  int64_t now = mono_ns();
+  for (uint32_t id : removed) {
+    enc_.begin(wire::Record::kModuleUnload);
+    enc_.u(id);
+    enc_.u(static_cast<uint64_t>(now));
+    enc_.end();
+  }
+  for (const auto& m : added) {
+    enc_.begin(wire::Record::kModuleLoad);
+    enc_.u(m.id);
+    enc_.u(m.load_bias);
+    enc_.str(m.path);
+    enc_.str(m.build_id);
+    enc_.u(m.exec_ranges.size());
+    for (auto& r : m.exec_ranges) {
+      enc_.u(r.first);
+      enc_.u(r.second);
+    }
+    enc_.end();
+  }
+}
+
+void Writer::announce_thread(ThreadSlot* s) {
+  std::string name = thread_comm(s->tid);
+  enc_.begin(wire::Record::kThreadStart);
+  enc_.u(s->tid);
+  enc_.u(static_cast<uint64_t>(s->start_ns));
+  enc_.str(name);
+  enc_.end();
+  snprintf(s->sent_name, sizeof s->sent_name, "%s", name.c_str());
+  s->announced = true;
+  ++threads_seen_;
+}
+
+uint64_t Writer::stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags) {
+  Key k{0x243f6a8885a308d3ull ^ flags, 0x13198a2e03707344ull ^ n};
+  for (uint16_t i = 0; i < n; ++i) {
+    k.a = mix(k.a, pcs[i]);
+    k.b = mix(k.b ^ 0xa4093822299f31d0ull, pcs[i] * 0x9e3779b97f4a7c15ull);
+  }
+  auto [it, inserted] = stacks_.try_emplace(k, next_stack_id_);
+  if (!inserted) return it->second;
+  ++next_stack_id_;
+  enc_.begin(wire::Record::kStack);
+  enc_.u(it->second);
+  enc_.u(n);
+  uint64_t prev = 0;
+  for (uint16_t i = 0; i < n; ++i) {
+    if (i == 0) enc_.u(pcs[0]);
+    else enc_.s(static_cast<int64_t>(pcs[i] - prev));
+    prev = pcs[i];
+  }
+  enc_.u(flags);
+  enc_.end();
+  return it->second;
+}
+
+void Writer::drain_slot(ThreadSlot* s) {
+  if (!s->ring.valid()) return;
+  s->ring.drain([&](const uint8_t* data, uint32_t len) {
+    if (len < sizeof(RawSample)) return;
+    RawSample h;
+    memcpy(&h, data, sizeof h);
+    if (sizeof(RawSample) + h.nframes * sizeof(uint64_t) > len) return;
+    const uint64_t* pcs = reinterpret_cast<const uint64_t*>(data + sizeof(RawSample));
+    uint64_t id = stack_id(pcs, h.nframes, h.flags);
+    enc_.begin(wire::Record::kSample);
+    enc_.u(s->tid);
+    enc_.u(id);
+    enc_.s(h.t_ns - last_sample_ns_);
+    enc_.u(h.weight);
+    enc_.end();
+    last_sample_ns_ = h.t_ns;
+    if (enc_.out().size() > (256u << 10)) flush_out();
+  });
+}
+
+void Writer::cycle(bool final) {
+  send_modules(false);
+  int64_t now = mono_ns();
+  bool slow = final || now - last_slow_check_ns_ >= kSlowNs;
+  uint32_t hw = threads_.high_water();
+  for (uint32_t i = 0; i < hw; ++i) {
+    ThreadSlot* s = threads_.slot(i);
+    uint32_t st = s->state.load(std::memory_order_acquire);
+    if (st == kSlotActive) {
+      if (!s->announced) announce_thread(s);
+      drain_slot(s);
+      if (slow) {
+        std::string name = thread_comm(s->tid);
+        if (!name.empty() && name != s->sent_name) {
+          enc_.begin(wire::Record::kThreadName);
+          enc_.u(s->tid);
+          enc_.str(name);
+          enc_.end();
+          snprintf(s->sent_name, sizeof s->sent_name, "%s", name.c_str());
+        }
+      }
+    } else if (st == kSlotRetired) {
+      if (!s->announced) announce_thread(s);
+      drain_slot(s);
+      if (s->end_name[0] && strcmp(s->end_name, s->sent_name) != 0) {
+        enc_.begin(wire::Record::kThreadName);
+        enc_.u(s->tid);
+        enc_.str(s->end_name);
+        enc_.end();
+      }
+      enc_.begin(wire::Record::kThreadEnd);
+      enc_.u(s->tid);
+      enc_.u(static_cast<uint64_t>(s->end_ns.load(std::memory_order_relaxed)));
+      enc_.end();
+      retired_samples_ += s->samples.load(std::memory_order_relaxed);
+      retired_dropped_ += s->dropped.load(std::memory_order_relaxed);
+      retired_stopped_ += s->unwind_stopped.load(std::memory_order_relaxed);
+      retired_leaf_ += s->leaf_only.load(std::memory_order_relaxed);
+      retired_ticks_ += s->ticks.load(std::memory_order_relaxed);
+      threads_.release(s);
+    }
+  }
+  if (slow) {
+    last_slow_check_ns_ = now;
+    if (!final) send_counters();
+    if (!handler_lost_reported_ && g_sampler.sampling.load(std::memory_order_relaxed) &&
+        !sample_handler_installed(cfg_.signo)) {
+      handler_lost_reported_ = true;
+      message(1, "the program replaced mlprof's handler for the sampling signal; sampling stopped "
+                 "(set MLPROF_SIGNAL to a signal number the program does not use)");
+    }
+  }
+  pthread_mutex_lock(&msg_mu_);
+  for (auto& [sev, text] : pending_messages_) {
+    enc_.begin(wire::Record::kMessage);
+    enc_.u(static_cast<uint64_t>(sev));
+    enc_.str(text);
+    enc_.end();
+  }
+  pending_messages_.clear();
+  pthread_mutex_unlock(&msg_mu_);
+  flush_out();
+}
+
+void Writer::send_counters() {
+  uint64_t samples = retired_samples_, dropped = retired_dropped_, stopped = retired_stopped_,
+           leaf = retired_leaf_, ticks = retired_ticks_;
+  uint32_t hw = threads_.high_water();
+  for (uint32_t i = 0; i < hw; ++i) {
+    ThreadSlot* s = threads_.slot(i);
+    uint32_t st = s->state.load(std::memory_order_acquire);
+    if (st != kSlotActive && st != kSlotRetired) continue;
+    samples += s->samples.load(std::memory_order_relaxed);
+    dropped += s->dropped.load(std::memory_order_relaxed);
+    stopped += s->unwind_stopped.load(std::memory_order_relaxed);
+    leaf += s->leaf_only.load(std::memory_order_relaxed);
+    ticks += s->ticks.load(std::memory_order_relaxed);
+  }
+  const std::pair<wire::Counter, uint64_t> counters[] = {
+      {wire::Counter::kSamples, samples},
+      {wire::Counter::kDroppedRingFull, dropped},
+      {wire::Counter::kDroppedNoThread,
+       g_sampler.dropped_no_thread.load(std::memory_order_relaxed) + threads_.no_slot.load(std::memory_order_relaxed)},
+      {wire::Counter::kUnwindStopped, stopped},
+      {wire::Counter::kLeafOnly, leaf},
+      {wire::Counter::kDroppedTransport, transport_.dropped_bytes()},
+      {wire::Counter::kStacks, next_stack_id_ - 1},
+      {wire::Counter::kThreads, threads_seen_},
+      {wire::Counter::kTicks, ticks},
+  };
+  enc_.begin(wire::Record::kCounters);
+  enc_.u(sizeof counters / sizeof counters[0]);
+  for (auto& [id, v] : counters) {
+    enc_.u(static_cast<uint8_t>(id));
+    enc_.u(v);
+  }
+  enc_.end();
+}
+
+void Writer::flush_out() {
+  auto& out = enc_.out();
+  if (out.empty()) return;
+  transport_.send(out.data(), out.size());
+  out.clear();
+}
+
+void Writer::fork_prepare() { pthread_mutex_lock(&mu_); }
+
+void Writer::sync_cycle() {
+  pthread_mutex_lock(&mu_);
+  if (!ended_) cycle(false);
+  pthread_mutex_unlock(&mu_);
+}
+
+bool Writer::restart(int64_t start_realtime_ns, int64_t start_mono_ns) {
+  pthread_mutex_lock(&mu_);
+  stacks_.clear();
+  next_stack_id_ = 1;
+  modules_.reset();
+  modules_dirty_.store(true);
+  enc_.clear();
+  pthread_mutex_unlock(&mu_);
+  return start(start_realtime_ns, start_mono_ns, period_ns_);
+}
+void Writer::fork_parent() { pthread_mutex_unlock(&mu_); }
+
+void Writer::fork_child(int64_t start_realtime_ns, int64_t start_mono_ns) {
+  // Only this thread exists in the child; the lock is ours (taken in fork_prepare). The message
+  // lock may have been held by a thread that does not exist here: start it afresh.
+  pthread_mutex_unlock(&mu_);
+  pthread_mutex_init(&msg_mu_, nullptr);
+  running_.store(false);
+  transport_.abandon();
+  stacks_.clear();
+  next_stack_id_ = 1;
+  modules_.reset();
+  modules_dirty_.store(true);
+  retired_samples_ = retired_dropped_ = retired_stopped_ = retired_leaf_ = retired_ticks_ = 0;
+  threads_seen_ = 0;
+  handler_lost_reported_ = false;
+  pending_messages_.clear();
+  enc_.clear();
+  start(start_realtime_ns, start_mono_ns, period_ns_);
+}
+
+}  // namespace mlprof::preload

@@ -1,0 +1,101 @@
+// The writer thread: drains every thread's ring, deduplicates stacks, encodes wire records and
+// hands them to the transport. It is the only code of the preload that does real work, and it
+// runs on its own thread with every signal blocked.
+#pragma once
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/wire_format.h"
+#include "preload/encoder.h"
+#include "preload/modules.h"
+#include "preload/threads.h"
+#include "preload/transport.h"
+
+namespace mlprof::preload {
+
+struct Config;
+
+class Writer {
+ public:
+  Writer(const Config& cfg, ThreadRegistry& threads) : cfg_(cfg), threads_(threads) {}
+
+  // Opens the stream (socket or file), sends PROCESS_START and the module map, starts the thread.
+  bool start(int64_t start_realtime_ns, int64_t start_mono_ns, int64_t period_ns);
+  // Stops the thread, drains everything and ends the stream with PROCESS_END.
+  // Safe to call from any application thread (exit, _exit, exec hooks); idempotent.
+  void finish(wire::EndReason reason, int status);
+  // Queues a message for the collector (and the report). Any thread, not signal context.
+  void message(int severity, const char* text);
+  // Asks the writer to rescan modules at its next cycle (after dlopen/dlclose).
+  void modules_changed() { modules_dirty_.store(true, std::memory_order_release); }
+
+  // fork support: prepare takes the writer's lock so the child never inherits a half-done cycle.
+  void fork_prepare();
+  void fork_parent();
+  // In the child: abandon the parent's stream and thread, open a new stream, start a new thread.
+  void fork_child(int64_t start_realtime_ns, int64_t start_mono_ns);
+
+  // Drains rings and rescans modules now, from an application thread (before dlclose, so samples
+  // in the closing library reach the collector before its unload record).
+  void sync_cycle();
+  // After finish(kExec) when the exec failed: open a new stream and go on.
+  bool restart(int64_t start_realtime_ns, int64_t start_mono_ns);
+
+  bool running() const { return running_.load(std::memory_order_acquire); }
+
+ private:
+  static void* thread_main(void* self);
+  void loop();
+  void cycle(bool final);          // one drain of everything; caller holds mu_
+  void send_process_start();
+  void send_modules(bool force);
+  void send_counters();
+  void drain_slot(ThreadSlot* s);
+  void announce_thread(ThreadSlot* s);
+  void flush_out();
+  void end_stream(wire::EndReason reason, int status);
+  bool open_transport(int64_t mono_ns);
+  uint64_t stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags);
+
+  const Config& cfg_;
+  ThreadRegistry& threads_;
+  Transport transport_;
+  Encoder enc_;
+  ModuleMap modules_;
+  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+  pthread_t thread_{};
+  std::atomic<bool> running_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> modules_dirty_{true};
+  bool ended_ = false;
+  int64_t start_realtime_ns_ = 0, start_mono_ns_ = 0, period_ns_ = 0;
+  int64_t last_sample_ns_ = 0;
+  int64_t last_slow_check_ns_ = 0;
+
+  // Stacks are identified by a 128-bit hash of (flags, pcs): a collision between two distinct
+  // stacks has probability ~n^2/2^129, far below any other source of error.
+  struct Key {
+    uint64_t a, b;
+    bool operator==(const Key& o) const { return a == o.a && b == o.b; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return static_cast<size_t>(k.a); }
+  };
+  std::unordered_map<Key, uint64_t, KeyHash> stacks_;
+  uint64_t next_stack_id_ = 1;
+
+  // Counters of threads that ended (their slots are reused).
+  uint64_t retired_samples_ = 0, retired_dropped_ = 0, retired_stopped_ = 0, retired_leaf_ = 0, retired_ticks_ = 0;
+  uint64_t threads_seen_ = 0;
+
+  pthread_mutex_t msg_mu_ = PTHREAD_MUTEX_INITIALIZER;
+  std::vector<std::pair<int, std::string>> pending_messages_;
+  bool handler_lost_reported_ = false;
+};
+
+}  // namespace mlprof::preload

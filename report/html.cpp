@@ -1,0 +1,104 @@
+// html_report: one self-contained page. The summary facts and warnings are rendered here as escaped
+// HTML (readable without JS); the tables are rendered by assets/report.js from the embedded JSON.
+#include <fmt/format.h>
+
+#include <utility>
+#include <vector>
+
+#include "mlprof_report_assets.h"  // generated from report/assets/ by report/embed_assets.cmake
+#include "report/format.h"
+#include "report/html.h"
+#include "report/report.h"
+
+namespace mlprof::report {
+
+using profile::Profile;
+
+namespace {
+
+// Label / value pairs of the run, as plain text (escaped when written).
+std::vector<std::pair<std::string, std::string>> summary_facts(const Profile& prof) {
+  const auto& r = prof.run;
+  std::vector<std::pair<std::string, std::string>> f;
+  f.emplace_back("Command", r.command.empty() ? "-" : detail::shell_join(r.command));
+  f.emplace_back("Duration",
+                 r.end_ns > r.start_ns ? detail::format_duration_ns(r.end_ns - r.start_ns) : "-");
+  f.emplace_back("Exit status", detail::exit_status_text(r.exit_status));
+  f.emplace_back("Processes", fmt::format("{}", prof.processes.size()));
+  f.emplace_back("Threads", fmt::format("{}", prof.threads.size()));
+  detail::RunCounters c = detail::run_counters(prof);
+  f.emplace_back("Samples taken", fmt::format("{}", c.samples));
+  f.emplace_back("Samples dropped",
+                 fmt::format("{} (ring full {}, no thread {}, transport {})", c.dropped(),
+                             c.ring_full, c.no_thread, c.transport));
+  f.emplace_back("Sampling rate", fmt::format("{} Hz requested", r.rate_hz));
+  f.emplace_back("Timer", r.timer.empty() ? "-" : r.timer);
+  for (uint32_t m = 0; m < prof.metrics.size(); ++m)
+    f.emplace_back("Total " + prof.metrics[m].name,
+                   detail::format_value(detail::metric_total(prof, m), prof.metrics[m].unit));
+  if (!r.hostname.empty()) f.emplace_back("Host", r.hostname);
+  if (!r.cwd.empty()) f.emplace_back("Working directory", r.cwd);
+  if (!r.mlprof_version.empty()) f.emplace_back("mlprof version", r.mlprof_version);
+  return f;
+}
+
+// Values from the profile: valid UTF-8 without control characters, then HTML-escaped.
+std::string esc(const std::string& s) {
+  return html_escape(detail::sanitize_utf8(s, /*replace_controls=*/true));
+}
+
+std::string facts_section(const Profile& prof) {
+  std::string out = "<section id=\"summary\">\n<h2>Summary</h2>\n<dl class=\"facts\">\n";
+  for (const auto& [k, v] : summary_facts(prof))
+    out += fmt::format("<dt>{}</dt><dd>{}</dd>\n", esc(k), esc(v));
+  return out + "</dl>\n</section>\n";
+}
+
+std::string warnings_section(const Profile& prof) {
+  auto all = detail::all_warnings(prof);
+  if (all.empty()) return "";
+  std::string out = fmt::format("<section id=\"warnings\">\n<h2>Warnings ({})</h2>\n<ul class=\"warnings\">\n",
+                                all.size());
+  for (const auto& w : all) out += "<li>" + esc(w) + "</li>\n";
+  return out + "</ul>\n</section>\n";
+}
+
+std::string table_section(const char* id, const char* title) {
+  return fmt::format("<section id=\"{0}\">\n<h2>{1}</h2>\n<div class=\"table-host\" id=\"{0}-table\"></div>\n</section>\n",
+                     id, title);
+}
+
+}  // namespace
+
+std::string html_report(const Profile& prof) {
+  std::string title = prof.run.command.empty() ? std::string("profile")
+                                               : detail::basename(prof.run.command[0]);
+  SummaryOptions text_opt;
+  text_opt.top = 50;
+  std::string out;
+  out.reserve(64 * 1024);
+  out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  out += "<title>mlprof: " + esc(title) + "</title>\n<style>\n";
+  out += assets::report_css;
+  out += "</style>\n</head>\n<body>\n<header>\n<h1>mlprof profile</h1>\n";
+  out += "<p class=\"command\"><code>" + esc(detail::shell_join(prof.run.command)) + "</code></p>\n";
+  out += "<div id=\"controls\"></div>\n</header>\n<main>\n";
+  out += facts_section(prof);
+  out += warnings_section(prof);
+  out += "<noscript>\n<p class=\"note\">JavaScript is off: the sortable tables are replaced by the text summary.</p>\n<pre class=\"text-summary\">";
+  out += html_escape(text_summary(prof, text_opt));
+  out += "</pre>\n</noscript>\n";
+  out += table_section("functions", "Functions");
+  out += table_section("lines", "Source lines");
+  out += table_section("processes", "Processes");
+  out += table_section("threads", "Threads");
+  out += "</main>\n<script type=\"application/json\" id=\"mlprof-data\">";
+  out += json_for_script(report_data(prof));
+  out += "</script>\n<script>\n";
+  out += assets::report_js;
+  out += "</script>\n</body>\n</html>\n";
+  return out;
+}
+
+}  // namespace mlprof::report

@@ -1,0 +1,157 @@
+// report_data: the profile as the JSON the HTML page renders.
+#include <fmt/format.h>
+
+#include "report/format.h"
+#include "report/html.h"
+
+namespace mlprof::report {
+
+using nlohmann::json;
+using profile::Profile;
+
+namespace {
+
+json per_metric(const Profile& prof, const std::vector<int64_t>& values) {
+  json out = json::array();
+  for (uint32_t m = 0; m < prof.metrics.size(); ++m) out.push_back(detail::at(values, m));
+  return out;
+}
+
+json run_facts(const Profile& prof) {
+  const auto& r = prof.run;
+  return {
+      {"command", r.command},
+      {"cwd", r.cwd},
+      {"hostname", r.hostname},
+      {"mlprof_version", r.mlprof_version},
+      {"start_realtime_ns", r.start_realtime_ns},
+      {"duration_ns", r.end_ns > r.start_ns ? r.end_ns - r.start_ns : 0},
+      {"rate_hz", r.rate_hz},
+      {"timer", r.timer},
+      {"mode", r.mode},
+      {"exit_status", r.exit_status},
+      {"collector_cpu_ns", r.collector_cpu_ns},
+      {"extra", r.extra},
+  };
+}
+
+}  // namespace
+
+json report_data(const Profile& prof) {
+  json d;
+  d["format"] = 1;
+  d["run"] = run_facts(prof);
+  detail::RunCounters c = detail::run_counters(prof);
+  d["counters"] = {{"samples", c.samples},
+                   {"dropped_ring_full", c.ring_full},
+                   {"dropped_no_thread", c.no_thread},
+                   {"dropped_transport", c.transport}};
+
+  d["metrics"] = json::array();
+  std::vector<std::vector<int64_t>> thread_totals, process_totals;
+  for (uint32_t m = 0; m < prof.metrics.size(); ++m) {
+    d["metrics"].push_back({{"name", prof.metrics[m].name},
+                            {"unit", prof.metrics[m].unit},
+                            {"total", detail::metric_total(prof, m)}});
+    thread_totals.push_back(detail::thread_totals(prof, m));
+    process_totals.push_back(detail::process_totals(prof, m));
+  }
+  uint32_t dm = detail::pick_metric(prof, "");
+  d["default_metric"] = dm == profile::kNone ? -1 : static_cast<int64_t>(dm);
+  d["warnings"] = detail::all_warnings(prof);
+
+  uint32_t sort_metric = dm == profile::kNone ? 0 : dm;
+  json& fns = d["functions"] = json::array();
+  for (size_t i : detail::functions_by_self(prof, sort_metric)) {
+    const auto& f = prof.functions[i];
+    fns.push_back({{"name", prof.str(f.function)},
+                   {"module", prof.str(f.module)},
+                   {"file", prof.str(f.file)},
+                   {"line", f.first_line},
+                   {"self", per_metric(prof, f.self)},
+                   {"total", per_metric(prof, f.total)}});
+  }
+  json& lines = d["lines"] = json::array();
+  for (size_t i : detail::lines_by_self(prof, sort_metric)) {
+    const auto& l = prof.lines[i];
+    lines.push_back({{"file", prof.str(l.file)},
+                     {"line", l.line},
+                     {"function", prof.str(l.function)},
+                     {"self", per_metric(prof, l.self)},
+                     {"total", per_metric(prof, l.total)}});
+  }
+
+  json& procs = d["processes"] = json::array();
+  for (size_t i = 0; i < prof.processes.size(); ++i) {
+    const auto& p = prof.processes[i];
+    json values = json::array();
+    for (const auto& t : process_totals) values.push_back(t[i]);
+    procs.push_back({{"pid", p.pid},
+                     {"ppid", p.ppid},
+                     {"name", detail::process_name(p)},
+                     {"exe", p.exe},
+                     {"argv", p.argv},
+                     {"end_reason", detail::end_reason_name(p.end_reason)},
+                     {"exit_status", p.exit_status},
+                     {"start_ns", p.start_ns},
+                     {"end_ns", p.end_ns},
+                     {"counters", p.counters},
+                     {"samples", detail::counter(p, "samples")},
+                     {"values", values}});
+  }
+  auto samples = detail::thread_sample_counts(prof);
+  json& threads = d["threads"] = json::array();
+  for (size_t i = 0; i < prof.threads.size(); ++i) {
+    const auto& t = prof.threads[i];
+    json values = json::array();
+    for (const auto& tt : thread_totals) values.push_back(tt[i]);
+    uint32_t pid = t.process < prof.processes.size() ? prof.processes[t.process].pid : 0;
+    threads.push_back({{"pid", pid},
+                       {"tid", t.tid},
+                       {"name", t.name},
+                       {"samples", prof.samples.empty() ? json(nullptr) : json(samples[i])},
+                       {"values", values}});
+  }
+  return d;
+}
+
+std::string html_escape(std::string_view text) {
+  std::string valid = detail::sanitize_utf8(text, /*replace_controls=*/false);
+  std::string out;
+  out.reserve(valid.size() + valid.size() / 8);
+  for (char c : valid) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      case '\0': out += "\xEF\xBF\xBD"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string json_for_script(const json& value) {
+  // Invalid UTF-8 from the profiled program becomes U+FFFD instead of throwing.
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size() + text.size() / 16);
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '<') out += "\\u003c";
+    else if (c == '>') out += "\\u003e";
+    else if (c == '&') out += "\\u0026";
+    else if (c == '\xE2' && i + 2 < text.size() && text[i + 1] == '\x80' &&
+             (text[i + 2] == '\xA8' || text[i + 2] == '\xA9')) {
+      out += text[i + 2] == '\xA8' ? "\\u2028" : "\\u2029";
+      i += 2;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace mlprof::report

@@ -1,2 +1,0 @@
-// Report: terminal summary, HTML and exports.
-#include "profile/model.h"

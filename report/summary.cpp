@@ -1,0 +1,235 @@
+// The terminal summary: what a py-spy / perf user expects to see after a run.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "report/format.h"
+#include "report/report.h"
+
+namespace mlprof::report {
+
+using profile::Profile;
+
+namespace {
+
+constexpr size_t kMaxName = 80;  // long C++ names are cut in the terminal (the HTML has them whole)
+
+struct Style {
+  bool on;
+  std::string wrap(const std::string& s, const char* code) const {
+    return on && !s.empty() ? fmt::format("\x1b[{}m{}\x1b[0m", code, s) : s;
+  }
+  std::string bold(const std::string& s) const { return wrap(s, "1"); }
+  std::string dim(const std::string& s) const { return wrap(s, "2"); }
+  std::string warn(const std::string& s) const { return wrap(s, "33"); }
+};
+
+// Program-provided text for the terminal: valid UTF-8, no control characters, bounded length.
+std::string clean(const std::string& s, size_t max = 0) {
+  std::string out = detail::sanitize_utf8(s, /*replace_controls=*/true);
+  return max ? detail::truncate_display(out, max) : out;
+}
+
+// Aligned columns; numbers right-aligned; the last column is not padded.
+struct Table {
+  struct Column {
+    std::string header;
+    bool right = false;
+    const char* style = nullptr;  // ANSI SGR code for the cells, when color is on
+  };
+  std::vector<Column> cols;
+  std::vector<std::vector<std::string>> rows;
+
+  std::string render(const Style& st, const std::string& indent = "  ") const {
+    std::vector<size_t> width(cols.size(), 0);
+    for (size_t c = 0; c < cols.size(); ++c) width[c] = detail::display_width(cols[c].header);
+    for (const auto& r : rows)
+      for (size_t c = 0; c < cols.size() && c < r.size(); ++c)
+        width[c] = std::max(width[c], detail::display_width(r[c]));
+    auto line = [&](const std::vector<std::string>& cells, bool header) {
+      std::string out = indent;
+      for (size_t c = 0; c < cols.size(); ++c) {
+        const std::string& s = c < cells.size() ? cells[c] : std::string();
+        size_t pad = width[c] - detail::display_width(s);
+        bool last = c + 1 == cols.size();
+        std::string styled = header ? st.bold(s) : (cols[c].style ? st.wrap(s, cols[c].style) : s);
+        if (cols[c].right) out += std::string(pad, ' ') + styled;
+        else out += styled + (last ? "" : std::string(pad, ' '));
+        if (!last) out += "  ";
+      }
+      while (!out.empty() && out.back() == ' ') out.pop_back();
+      return out + "\n";
+    };
+    std::vector<std::string> headers;
+    for (const auto& c : cols) headers.push_back(c.header);
+    std::string out = line(headers, true);
+    for (const auto& r : rows) out += line(r, false);
+    return out;
+  }
+};
+
+std::string more_line(size_t shown, size_t total, const char* what) {
+  return total > shown ? fmt::format("  ... and {} more {}\n", total - shown, what) : "";
+}
+
+std::string header(const Profile& prof, const Style& st, uint32_t m, int64_t grand) {
+  std::string out;
+  auto kv = [&](const char* k, const std::string& v) {
+    out += fmt::format("{} {}\n", st.bold(fmt::format("{:<11}", k)), v);
+  };
+  kv("Command:", prof.run.command.empty() ? "-" : clean(detail::shell_join(prof.run.command)));
+  std::string dur = prof.run.end_ns > prof.run.start_ns
+                        ? detail::format_duration_ns(prof.run.end_ns - prof.run.start_ns)
+                        : std::string("-");
+  kv("Duration:", fmt::format("{} (exit status {})", dur, detail::exit_status_text(prof.run.exit_status)));
+  kv("Processes:", fmt::format("{}", prof.processes.size()));
+  kv("Threads:", fmt::format("{}", prof.threads.size()));
+  detail::RunCounters c = detail::run_counters(prof);
+  std::string samples = fmt::format("{} taken, {} dropped", c.samples, c.dropped());
+  if (c.dropped()) {
+    std::vector<std::string> parts;
+    if (c.ring_full) parts.push_back(fmt::format("ring full {}", c.ring_full));
+    if (c.no_thread) parts.push_back(fmt::format("no thread {}", c.no_thread));
+    if (c.transport) parts.push_back(fmt::format("transport {}", c.transport));
+    samples += fmt::format(" ({}; {} of all)", fmt::join(parts, ", "),
+                           detail::format_percent(static_cast<int64_t>(c.dropped()),
+                                                  static_cast<int64_t>(c.samples + c.dropped())));
+  }
+  kv("Samples:", samples);
+  kv("Sampling:", fmt::format("{} Hz requested, timer {}", prof.run.rate_hz,
+                              prof.run.timer.empty() ? "-" : clean(prof.run.timer)));
+  if (m != profile::kNone) {
+    const auto& md = prof.metrics[m];
+    kv("Total:", fmt::format("{} {}", detail::format_value(grand, md.unit), clean(md.name)));
+  }
+  return out;
+}
+
+std::string warnings(const Profile& prof, const Style& st) {
+  auto all = detail::all_warnings(prof);
+  if (all.empty()) return "";
+  std::string out = "\n" + st.bold(fmt::format("Warnings ({}):", all.size())) + "\n";
+  for (const auto& w : all) out += st.warn("  ! " + clean(w)) + "\n";
+  return out;
+}
+
+std::string functions(const Profile& prof, const Style& st, uint32_t m, int64_t grand, size_t top) {
+  const auto& md = prof.metrics[m];
+  std::string out = "\n" + st.bold(fmt::format("Top functions by self {} ({} functions):", clean(md.name),
+                                               prof.functions.size())) + "\n";
+  if (prof.functions.empty()) return out + "  (no function statistics in this profile)\n";
+  Table t{{{"self", true}, {"self%", true}, {"total", true}, {"total%", true},
+           {"function"}, {"location", false, "2"}}, {}};
+  auto order = detail::functions_by_self(prof, m);
+  size_t n = std::min(top, order.size());
+  for (size_t i = 0; i < n; ++i) {
+    const auto& f = prof.functions[order[i]];
+    int64_t self = detail::at(f.self, m), total = detail::at(f.total, m);
+    t.rows.push_back({detail::format_value(self, md.unit), detail::format_percent(self, grand),
+                      detail::format_value(total, md.unit), detail::format_percent(total, grand),
+                      clean(detail::function_label(prof, f), kMaxName),
+                      clean(detail::function_location(prof, f))});
+  }
+  return out + t.render(st) + more_line(n, order.size(), "functions");
+}
+
+std::string lines(const Profile& prof, const Style& st, uint32_t m, int64_t grand, size_t top) {
+  const auto& md = prof.metrics[m];
+  std::string out = "\n" + st.bold(fmt::format("Top source lines by self {}:", clean(md.name))) + "\n";
+  if (prof.lines.empty()) return out + "  (no line statistics: no debug info or no samples)\n";
+  Table t{{{"self", true}, {"self%", true}, {"total", true}, {"total%", true},
+           {"line"}, {"function", false, "2"}}, {}};
+  auto order = detail::lines_by_self(prof, m);
+  size_t n = std::min(top, order.size());
+  for (size_t i = 0; i < n; ++i) {
+    const auto& l = prof.lines[order[i]];
+    int64_t self = detail::at(l.self, m), total = detail::at(l.total, m);
+    const std::string& file = prof.str(l.file);
+    t.rows.push_back({detail::format_value(self, md.unit), detail::format_percent(self, grand),
+                      detail::format_value(total, md.unit), detail::format_percent(total, grand),
+                      clean(fmt::format("{}:{}", file.empty() ? "?" : file, l.line)),
+                      clean(prof.str(l.function), kMaxName)});
+  }
+  return out + t.render(st) + more_line(n, order.size(), "lines");
+}
+
+std::string processes(const Profile& prof, const Style& st, uint32_t m, size_t top) {
+  if (prof.processes.empty()) return "";
+  std::string out = "\n" + st.bold(fmt::format("Processes ({}):", prof.processes.size())) + "\n";
+  std::string mname = m == profile::kNone ? "" : prof.metrics[m].name;
+  Table t{{{"pid", true}, {"ppid", true}, {"end"}, {"exit", true}, {"samples", true}}, {}};
+  if (m != profile::kNone) t.cols.push_back({clean(mname), true});
+  t.cols.push_back({"command"});
+  auto totals = m == profile::kNone ? std::vector<int64_t>() : detail::process_totals(prof, m);
+  size_t n = std::min(top, prof.processes.size());
+  for (size_t i = 0; i < n; ++i) {
+    const auto& p = prof.processes[i];
+    std::vector<std::string> row{fmt::format("{}", p.pid), fmt::format("{}", p.ppid),
+                                 detail::end_reason_name(p.end_reason),
+                                 detail::exit_status_text(p.exit_status),
+                                 fmt::format("{}", detail::counter(p, "samples"))};
+    if (m != profile::kNone) row.push_back(detail::format_value(totals[i], prof.metrics[m].unit));
+    row.push_back(clean(p.argv.empty() ? p.exe : detail::shell_join(p.argv), 2 * kMaxName));
+    t.rows.push_back(std::move(row));
+  }
+  return out + t.render(st) + more_line(n, prof.processes.size(), "processes");
+}
+
+std::string threads(const Profile& prof, const Style& st, uint32_t m, int64_t grand, size_t top) {
+  if (prof.threads.empty()) return "";
+  std::string out = "\n" + st.bold(fmt::format("Threads ({}):", prof.threads.size())) + "\n";
+  auto samples = detail::thread_sample_counts(prof);
+  bool have_samples = !prof.samples.empty();
+  auto totals = m == profile::kNone ? std::vector<int64_t>(prof.threads.size(), 0)
+                                    : detail::thread_totals(prof, m);
+  std::vector<size_t> order(prof.threads.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return totals[a] > totals[b]; });
+  Table t{{{"pid", true}, {"tid", true}}, {}};
+  if (have_samples) t.cols.push_back({"samples", true});
+  if (m != profile::kNone) {
+    t.cols.push_back({clean(prof.metrics[m].name), true});
+    t.cols.push_back({"%", true});
+  }
+  t.cols.push_back({"name"});
+  size_t n = std::min(top, order.size());
+  for (size_t i = 0; i < n; ++i) {
+    const auto& th = prof.threads[order[i]];
+    uint32_t pid = th.process < prof.processes.size() ? prof.processes[th.process].pid : 0;
+    std::vector<std::string> row{fmt::format("{}", pid), fmt::format("{}", th.tid)};
+    if (have_samples) row.push_back(fmt::format("{}", samples[order[i]]));
+    if (m != profile::kNone) {
+      row.push_back(detail::format_value(totals[order[i]], prof.metrics[m].unit));
+      row.push_back(detail::format_percent(totals[order[i]], grand));
+    }
+    row.push_back(clean(th.name, kMaxName));
+    t.rows.push_back(std::move(row));
+  }
+  return out + t.render(st) + more_line(n, order.size(), "threads");
+}
+
+}  // namespace
+
+std::string text_summary(const Profile& prof, const SummaryOptions& opt) {
+  Style st{opt.color};
+  uint32_t m = detail::pick_metric(prof, opt.metric);
+  int64_t grand = m == profile::kNone ? 0 : detail::metric_total(prof, m);
+  std::string out = header(prof, st, m, grand);
+  out += warnings(prof, st);
+  if (m == profile::kNone) {
+    out += opt.metric.empty()
+               ? "\nNo metrics in this profile.\n"
+               : fmt::format("\nUnknown metric '{}'; metrics in this profile: {}\n", clean(opt.metric),
+                             clean(detail::metric_names(prof)));
+  } else {
+    out += functions(prof, st, m, grand, opt.top);
+    out += lines(prof, st, m, grand, opt.top);
+  }
+  out += processes(prof, st, m, opt.top);
+  out += threads(prof, st, m, grand, opt.top);
+  return out;
+}
+
+}  // namespace mlprof::report

@@ -1,0 +1,143 @@
+// The profiled program is sacred: its output, exit status, signal death, own SIGPROF timer and
+// errno are unchanged; a killed program still leaves a readable profile; bad input is refused
+// with a clear message.
+#include <algorithm>
+
+#include "e2e_util.h"
+
+namespace {
+
+using namespace e2e;
+
+TEST(Behaviour, OutputExitStatusAndErrnoUnchanged) {
+  RunResult direct = run({fixture("fixture_behave"), "output", "3000"});
+  ASSERT_EQ(direct.exit_code, 3) << "fixture itself misbehaves";
+  Profiled prof = profile_run({fixture("fixture_behave"), "output", "3000"});
+  ASSERT_TRUE(prof.ok);
+  EXPECT_EQ(prof.result.exit_code, 3);  // 4 would mean errno changed under the program
+  EXPECT_EQ(prof.result.out, direct.out);
+  EXPECT_EQ(prof.result.err, direct.err);  // -q: not a byte of ours on stderr
+  EXPECT_GE(counter_sum(prof.profile, "samples"), 10);
+}
+
+TEST(Behaviour, SignalDeathIsReturnedAs128PlusSignal) {
+  RunResult direct = run({fixture("fixture_behave"), "abort", "500"});
+  ASSERT_EQ(direct.exit_code, 128 + SIGABRT);
+  Profiled prof = profile_run({fixture("fixture_behave"), "abort", "500"});
+  ASSERT_TRUE(prof.ok);
+  EXPECT_EQ(prof.result.exit_code, 128 + SIGABRT);
+  EXPECT_EQ(prof.profile.run.exit_status, 128 + SIGABRT);
+}
+
+TEST(Behaviour, ProgramsOwnSigprofTimerKeepsWorking) {
+  Profiled prof = profile_run({fixture("fixture_behave"), "sigprof", "4000"});
+  ASSERT_TRUE(prof.ok);
+  EXPECT_EQ(prof.result.exit_code, 0) << prof.result.out;
+  EXPECT_NE(prof.result.out.find("sigprof ok"), std::string::npos);
+  EXPECT_GT(function_self(prof.profile, "behave_hot"), 0);
+}
+
+TEST(Behaviour, SigkilledProgramLeavesReadableProfile) {
+  Profiled prof = profile_run({fixture("fixture_behave"), "sigkill", "6000"});
+  ASSERT_TRUE(prof.ok);
+  EXPECT_EQ(prof.result.exit_code, 128 + SIGKILL);
+  ASSERT_EQ(prof.profile.processes.size(), 1u);
+  EXPECT_EQ(prof.profile.processes[0].end_reason, profile::EndReason::kTruncated);
+  // ~600 ms of CPU were burnt; all but the last writer cycle (10 ms) reached the collector.
+  EXPECT_GE(function_self(prof.profile, "behave_hot"), 300000);
+  bool warned = false;
+  for (auto& w : prof.profile.warnings) warned |= w.find("without a clean end") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
+TEST(Behaviour, DurationStopsANeverEndingProgramAndKeepsItsProfile) {
+  Profiled prof = profile_run({fixture("fixture_behave"), "forever"}, {"--duration", "1"});
+  ASSERT_TRUE(prof.ok);
+  EXPECT_EQ(prof.result.exit_code, 128 + SIGTERM);
+  int64_t cpu_us = function_self(prof.profile, "behave_hot");
+  EXPECT_GE(cpu_us, 300000);  // about a second of CPU; at least part of a loaded core
+  EXPECT_GT(prof.profile.run.end_ns - prof.profile.run.start_ns, 900000000);
+}
+
+TEST(Behaviour, SummaryGoesToStderrWithoutQuiet) {
+  std::string dir = scratch();
+  RunResult r = run({MLPROF_RUN, "-o", dir + "/x.mlprof", "--", fixture("fixture_cpu_ratio"), "300", "3"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.err.find("hot_fifty"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("x.html"), std::string::npos);
+  // stdout is the program's alone: its one line.
+  EXPECT_EQ(r.out.rfind("cpu_ratio done ", 0), 0u) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  std::string html = read_all(dir + "/x.html");
+  EXPECT_NE(html.find("<html"), std::string::npos);
+  EXPECT_NE(html.find("hot_fifty"), std::string::npos);
+}
+
+TEST(BadInput, OptionsAreValidatedBeforeTheCommandRuns) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  } cases[] = {
+      {{"--rate", "0", "--", "/bin/true"}, "rate"},
+      {{"--rate", "fast", "--", "/bin/true"}, "rate"},
+      {{"--duration", "-1", "--", "/bin/true"}, "duration"},
+      {{"--unwinder", "magic", "--", "/bin/true"}, "unwinder"},
+      {{"-o", "/nonexistent-dir/x.mlprof", "--", "/bin/true"}, "does not exist"},
+      {{}, "no command"},
+  };
+  for (auto& c : cases) {
+    std::vector<std::string> argv = {MLPROF_RUN};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    RunResult r = run(argv);
+    EXPECT_EQ(r.exit_code, 2) << c.expect;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << "stderr: " << r.err;
+  }
+}
+
+TEST(BadInput, MissingCommandIs127WithAMessage) {
+  std::string dir = scratch();
+  RunResult r = run({MLPROF_RUN, "-q", "-o", dir + "/x.mlprof", "--", "/no/such/program"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_NE(r.err.find("cannot run '/no/such/program'"), std::string::npos) << r.err;
+}
+
+TEST(BadInput, BadEnvironmentValueIsReportedOnceAndTheProgramRuns) {
+  std::string dir = scratch();
+  RunResult r = run({MLPROF_RUN, "-o", dir + "/x.mlprof", "--no-html", "--", fixture("fixture_cpu_ratio"), "200", "2"},
+                    {"MLPROF_UNWINDER=bogus"});
+  EXPECT_EQ(r.exit_code, 0);
+  // The preload says it once on stderr, as its own line; the summary lists it again as a warning.
+  std::istringstream lines(r.err);
+  int said = 0;
+  for (std::string l; std::getline(lines, l);) said += l.rfind("mlprof: MLPROF_UNWINDER=bogus", 0) == 0;
+  EXPECT_EQ(said, 1) << r.err;
+  auto prof = profile::read_profile(dir + "/x.mlprof");
+  ASSERT_TRUE(prof) << prof.error();
+  bool in_report = false;
+  for (auto& proc : prof->processes)
+    for (auto& m : proc.messages) in_report |= m.find("MLPROF_UNWINDER=bogus") != std::string::npos;
+  EXPECT_TRUE(in_report);
+}
+
+TEST(BadInput, ReportRejectsForeignAndTruncatedFiles) {
+  std::string dir = scratch();
+  {
+    std::ofstream f(dir + "/foreign.mlprof");
+    f << "{\"not\": \"a profile\"}";
+  }
+  RunResult r = run({MLPROF_CLI, "report", dir + "/foreign.mlprof"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("not an mlprof profile"), std::string::npos) << r.err;
+
+  Profiled prof = profile_run({fixture("fixture_cpu_ratio"), "200", "2"});
+  std::string data = read_all(prof.path);
+  {
+    std::ofstream f(dir + "/cut.mlprof", std::ios::binary);
+    f << data.substr(0, data.size() / 2);
+  }
+  r = run({MLPROF_CLI, "report", dir + "/cut.mlprof"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
+}
+
+}  // namespace

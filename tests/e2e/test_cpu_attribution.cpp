@@ -1,0 +1,119 @@
+// CPU attribution against ground truth: fixture_cpu_ratio burns in hot_fifty/hot_thirty/hot_twenty
+// in a 50/30/20 ratio (same code, different unit counts), each on one marked source line.
+#include "e2e_util.h"
+
+namespace {
+
+using namespace e2e;
+
+class CpuRatio : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // 25 rounds of 100 ms: about 250 samples at 100 Hz.
+    run_ = new Profiled(profile_run({fixture("fixture_cpu_ratio"), "1000", "25"}));
+  }
+  static void TearDownTestSuite() { delete run_; }
+  static Profiled* run_;
+};
+Profiled* CpuRatio::run_ = nullptr;
+
+TEST_F(CpuRatio, RunsAndExitsCleanly) {
+  ASSERT_TRUE(run_->ok);
+  EXPECT_EQ(run_->result.exit_code, 0) << run_->result.err;
+  EXPECT_NE(run_->result.out.find("cpu_ratio done"), std::string::npos);
+  EXPECT_GE(counter_sum(run_->profile, "samples"), 150);
+  EXPECT_EQ(counter_sum(run_->profile, "dropped_ring_full"), 0);
+}
+
+TEST_F(CpuRatio, SelfTimeSharesMatchFiftyThirtyTwenty) {
+  ASSERT_TRUE(run_->ok);
+  const auto& p = run_->profile;
+  double a = function_self(p, "hot_fifty"), b = function_self(p, "hot_thirty"), c = function_self(p, "hot_twenty");
+  double sum = a + b + c;
+  ASSERT_GT(sum, 0);
+  // The three functions are (nearly) all the CPU the program uses.
+  EXPECT_GT(sum / total_cpu(p), 0.95);
+  EXPECT_NEAR(100 * a / sum, 50, 3) << "hot_fifty";
+  EXPECT_NEAR(100 * b / sum, 30, 3) << "hot_thirty";
+  EXPECT_NEAR(100 * c / sum, 20, 3) << "hot_twenty";
+}
+
+TEST_F(CpuRatio, HotLineCarriesEachFunctionsTime) {
+  ASSERT_TRUE(run_->ok);
+  const auto& p = run_->profile;
+  const std::string src = fixture_source("cpu_ratio.cpp");
+  for (auto [fn, marker] : {std::pair{"hot_fifty", "hot-line: fifty"}, std::pair{"hot_thirty", "hot-line: thirty"},
+                            std::pair{"hot_twenty", "hot-line: twenty"}}) {
+    uint32_t line = marker_line(src, marker);
+    int64_t self = function_self(p, fn);
+    EXPECT_GE(line_self(p, "tests/fixtures/cpu_ratio.cpp", line), self * 9 / 10) << fn << " line " << line;
+  }
+}
+
+TEST_F(CpuRatio, StacksWithoutFramePointersReachMain) {
+  // The fixture is built with -fomit-frame-pointer: only DWARF CFI unwinding gets to main.
+  ASSERT_TRUE(run_->ok);
+  const auto& p = run_->profile;
+  EXPECT_GE(function_total(p, "main"), total_cpu(p) * 95 / 100);
+  EXPECT_GE(function_total(p, "_start"), total_cpu(p) * 95 / 100);
+}
+
+TEST_F(CpuRatio, CollapsedExportNamesFramesByLine) {
+  ASSERT_TRUE(run_->ok);
+  RunResult r = run({MLPROF_CLI, "export", run_->path, "--format", "collapsed"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  uint32_t line = marker_line(fixture_source("cpu_ratio.cpp"), "hot-line: fifty");
+  std::string expect_frame = "hot_fifty(unsigned long, unsigned long) (" + fixture_source("cpu_ratio.cpp") + ":" +
+                             std::to_string(line) + ")";
+  bool found = false;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) {
+    // root first, frames joined by ';', then a space and an integer (microseconds)
+    auto sp = l.rfind(' ');
+    ASSERT_NE(sp, std::string::npos) << l;
+    EXPECT_GT(std::stoll(l.substr(sp + 1)), 0) << l;
+    if (l.rfind("_start (", 0) == 0 && l.find(";main (") != std::string::npos &&
+        l.find(";" + expect_frame + " ") != std::string::npos)
+      found = true;
+  }
+  EXPECT_TRUE(found) << "no stack _start;...;main;" << expect_frame << " in:\n" << r.out;
+}
+
+TEST(CpuAttribution, StrippedBinaryDegradesToModuleOffset) {
+  Profiled run = profile_run({fixture("fixture_cpu_ratio_stripped"), "400", "5"});
+  ASSERT_TRUE(run.ok);
+  EXPECT_EQ(run.result.exit_code, 0);
+  RunResult r = run_collapsed(run.path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("fixture_cpu_ratio_stripped+0x"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("hot_fifty"), std::string::npos);
+}
+
+TEST(CpuAttribution, LibunwindUnwinderAgreesOnTheRatio) {
+  Profiled run = profile_run({fixture("fixture_cpu_ratio"), "1000", "15"}, {"--unwinder", "libunwind"});
+  ASSERT_TRUE(run.ok);
+  const auto& p = run.profile;
+  double a = function_self(p, "hot_fifty"), b = function_self(p, "hot_thirty"), c = function_self(p, "hot_twenty");
+  double sum = a + b + c;
+  ASSERT_GT(sum, 0);
+  EXPECT_NEAR(100 * a / sum, 50, 4);
+  EXPECT_NEAR(100 * c / sum, 20, 4);
+  EXPECT_GE(function_total(p, "main"), total_cpu(p) * 95 / 100);
+}
+
+TEST(CpuAttribution, HighRateIsWeightedToTheSameTotals) {
+  // At 1000 Hz the thread CPU timer is limited by the kernel tick; missed ticks weight samples,
+  // so the CPU total still matches the CPU the program used.
+  Profiled run = profile_run({fixture("fixture_cpu_ratio"), "1000", "10"}, {"--rate", "1000"});
+  ASSERT_TRUE(run.ok);
+  const auto& p = run.profile;
+  double a = function_self(p, "hot_fifty"), b = function_self(p, "hot_thirty"), c = function_self(p, "hot_twenty");
+  double sum = a + b + c;
+  ASSERT_GT(sum, 0);
+  EXPECT_NEAR(100 * a / sum, 50, 4);
+  int64_t ticks = counter_sum(p, "ticks");
+  EXPECT_NEAR(static_cast<double>(total_cpu(p)), ticks * 1000.0, ticks * 1000.0 * 0.02);
+  EXPECT_EQ(p.run.rate_hz, 1000u);
+}
+
+}  // namespace

@@ -1,0 +1,427 @@
+// mlprof's CFI unwinder (preload/unwind_cfi.cpp) checked against libunwind on the same signal
+// contexts, plus bad bounds, dlopen/dlclose and concurrent refreshes.
+// The fixtures (tests/fixtures/unwind_*.cpp) are built -O2 -fomit-frame-pointer and -O0.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include <gtest/gtest.h>
+
+#include "common/wire_format.h"
+#include "preload/eh_frame.h"
+#include "preload/unwinder.h"
+
+extern "C" uint64_t ufx_run_mix(uint64_t scale);
+extern "C" uint64_t ufx_o2_recurse(int depth, uint64_t iters);
+extern "C" uint64_t ufx_o0_recurse(int depth, uint64_t iters);
+
+namespace mlprof::preload {
+namespace {
+
+constexpr int kMaxFrames = 64;
+
+struct Sample {
+  int n_cfi, n_lu;
+  uint8_t flags;
+  uint64_t cfi_ns, lu_ns;
+  uint64_t cfi[kMaxFrames];
+  uint64_t lu[kMaxFrames];
+};
+
+Sample* g_samples = nullptr;
+int g_capacity = 0;
+std::atomic<int> g_nsamples{0};
+__attribute__((tls_model("initial-exec"))) thread_local StackBounds t_bounds;
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+StackBounds current_thread_bounds() {
+  pthread_attr_t attr;
+  void* addr = nullptr;
+  size_t size = 0;
+  EXPECT_EQ(pthread_getattr_np(pthread_self(), &attr), 0);
+  pthread_attr_getstack(&attr, &addr, &size);
+  pthread_attr_destroy(&attr);
+  return StackBounds{uintptr_t(addr), uintptr_t(addr) + size};
+}
+
+int libunwind_from(unw_context_t* uc, int init_flags, uint64_t* pcs, int max) {
+  unw_cursor_t cursor;
+  if (unw_init_local2(&cursor, uc, init_flags) < 0) return 0;
+  int n = 0;
+  do {
+    unw_word_t ip = 0;
+    if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0) break;
+    pcs[n++] = ip;
+  } while (n < max && unw_step(&cursor) > 0);
+  return n;
+}
+
+void on_sigprof(int, siginfo_t*, void* uc) {
+  int saved_errno = errno;
+  if (t_bounds.hi != 0) {
+    int i = g_nsamples.fetch_add(1, std::memory_order_relaxed);
+    if (i < g_capacity) {
+      Sample& s = g_samples[i];
+      uint64_t t0 = now_ns();
+      UnwindResult r = unwind_cfi(uc, t_bounds, s.cfi, kMaxFrames);
+      s.cfi_ns = now_ns() - t0;
+      s.n_cfi = r.nframes;
+      s.flags = r.flags;
+      t0 = now_ns();
+      s.n_lu = libunwind_from(static_cast<unw_context_t*>(uc), UNW_INIT_SIGNAL_FRAME, s.lu, kMaxFrames);
+      s.lu_ns = now_ns() - t0;
+    }
+  }
+  errno = saved_errno;
+}
+
+// Same pcs; libunwind may report one more outermost frame past _start/clone3.
+bool stacks_match(const uint64_t* a, int na, const uint64_t* b, int nb, uint8_t flags) {
+  if (na != nb && !(nb == na + 1 && flags == 0)) return false;
+  return std::equal(a, a + na, b);
+}
+
+std::string describe(uint64_t pc) {
+  Dl_info info;
+  char buf[256];
+  if (dladdr(reinterpret_cast<void*>(pc), &info) && info.dli_fname) {
+    const char* base = strrchr(info.dli_fname, '/');
+    snprintf(buf, sizeof buf, "%#lx %s!%s+%#lx", static_cast<unsigned long>(pc), base ? base + 1 : info.dli_fname,
+             info.dli_sname ? info.dli_sname : "?",
+             static_cast<unsigned long>(pc - uintptr_t(info.dli_sname ? info.dli_saddr : info.dli_fbase)));
+  } else {
+    snprintf(buf, sizeof buf, "%#lx", static_cast<unsigned long>(pc));
+  }
+  return buf;
+}
+
+std::atomic<bool> g_stop_workers{false};
+
+// A 1 ms timer on the calling thread's CPU clock that sends it SIGPROF (one per thread doubles
+// the sample rate of a process-wide ITIMER_PROF, which the kernel tick caps at ~250/s).
+timer_t start_thread_timer() {
+  sigevent sev{};
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = SIGPROF;
+  sev._sigev_un._tid = gettid();
+  timer_t timer{};
+  EXPECT_EQ(timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &timer), 0);
+  itimerspec its{{0, 1000000}, {0, 1000000}};
+  EXPECT_EQ(timer_settime(timer, 0, &its, nullptr), 0);
+  return timer;
+}
+
+void* worker_thread(void*) {
+  t_bounds = current_thread_bounds();
+  timer_t timer = start_thread_timer();
+  uint64_t s = 0;
+  while (!g_stop_workers.load(std::memory_order_relaxed)) s += ufx_run_mix(3);
+  timer_delete(timer);
+  t_bounds = StackBounds{};
+  return reinterpret_cast<void*>(s);
+}
+
+TEST(UnwindCfi, MatchesLibunwindInSignalHandler) {
+  ASSERT_TRUE(cfi_refresh_modules());
+  cfi::RegistryStats st = cfi::registry_stats();
+  printf("[cfi] %u modules, %u rows\n", st.modules, st.rows);
+  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  {  // warm libunwind up outside the handler
+    unw_context_t uc;
+    unw_getcontext(&uc);
+    uint64_t pcs[kMaxFrames];
+    libunwind_from(&uc, 0, pcs, kMaxFrames);
+  }
+  std::vector<Sample> samples(4000);
+  g_samples = samples.data();
+  g_capacity = int(samples.size());
+  g_nsamples = 0;
+  g_stop_workers = false;
+
+  struct sigaction sa {};
+  sa.sa_sigaction = on_sigprof;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_sa {};
+  ASSERT_EQ(sigaction(SIGPROF, &sa, &old_sa), 0);
+  t_bounds = current_thread_bounds();
+  pthread_t worker;
+  ASSERT_EQ(pthread_create(&worker, nullptr, worker_thread, nullptr), 0);
+  timer_t timer = start_thread_timer();
+  const int kWanted = 1200;
+  uint64_t t_start = now_ns(), deadline = t_start + 30ull * 1000000000ull;
+  uint64_t sink = 0;
+  while (g_nsamples.load() < kWanted && now_ns() < deadline) sink += ufx_run_mix(3);
+  timer_delete(timer);
+  printf("[cfi] %d samples in %.1f s\n", g_nsamples.load(), double(now_ns() - t_start) / 1e9);
+  g_stop_workers = true;
+  pthread_join(worker, nullptr);
+  t_bounds = StackBounds{};
+  sigaction(SIGPROF, &old_sa, nullptr);
+  EXPECT_NE(sink, 1u);
+
+  int n = std::min(g_nsamples.load(), g_capacity);
+  ASSERT_GE(n, 1000) << "too few samples";
+  int matched = 0, longer_lu = 0, printed = 0;
+  uint64_t total_ns = 0, total_lu_ns = 0, total_frames = 0;
+  std::vector<uint64_t> ns;
+  std::map<std::string, int> leaf_modules, seen_funcs;
+  for (int i = 0; i < n; ++i) {
+    const Sample& s = g_samples[i];
+    total_ns += s.cfi_ns;
+    total_lu_ns += s.lu_ns;
+    ns.push_back(s.cfi_ns);
+    total_frames += uint64_t(s.n_cfi);
+    if (stacks_match(s.cfi, s.n_cfi, s.lu, s.n_lu, s.flags)) {
+      ++matched;
+      if (s.n_lu == s.n_cfi + 1) ++longer_lu;
+    } else if (printed++ < 8) {
+      printf("[cfi] mismatch in sample %d (cfi %d frames, flags %u; libunwind %d frames):\n", i, s.n_cfi,
+             s.flags, s.n_lu);
+      for (int k = 0; k < std::max(s.n_cfi, s.n_lu); ++k)
+        printf("   %2d  %-60s %s\n", k, k < s.n_cfi ? describe(s.cfi[k]).c_str() : "-",
+               k < s.n_lu ? describe(s.lu[k]).c_str() : "-");
+    }
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(s.cfi[0]), &info) && info.dli_fname) {
+      const char* base = strrchr(info.dli_fname, '/');
+      ++leaf_modules[base ? base + 1 : info.dli_fname];
+    }
+    for (int k = 0; k < s.n_cfi; ++k)
+      if (dladdr(reinterpret_cast<void*>(s.cfi[k] - (k ? 1 : 0)), &info) && info.dli_sname) {
+        std::string name = info.dli_sname;
+        if (name.rfind("ufx_", 0) == 0 || name.rfind("qsort", 0) == 0 || name == "start_thread" || name == "__libc_start_main") {
+          ++seen_funcs[name];
+        }
+      }
+  }
+  std::sort(ns.begin(), ns.end());
+  double rate = 100.0 * matched / n;
+  printf("[cfi] %d samples, %d match libunwind exactly (%.2f%%), %d with one more outermost frame in libunwind\n",
+         n, matched, rate, longer_lu);
+  printf("[cfi] unwind_cfi in the handler (cold caches): mean %.0f ns, median %lu ns, mean depth %.1f frames;"
+         " libunwind on the same contexts: mean %.0f ns\n",
+         double(total_ns) / n, static_cast<unsigned long>(ns[ns.size() / 2]), double(total_frames) / n,
+         double(total_lu_ns) / n);
+  for (auto& [m, c] : leaf_modules) printf("[cfi]   leaf in %-40s %d\n", m.c_str(), c);
+  for (auto& [f, c] : seen_funcs) printf("[cfi]   frames of %-40s %d\n", f.c_str(), c);
+  EXPECT_GE(rate, 99.0);
+  g_samples = nullptr;
+  g_capacity = 0;
+}
+
+// Unwinds its own stack from a getcontext() at the bottom of a recursion.
+struct Probe {
+  StackBounds bounds;
+  int repeat = 1;
+  uint64_t pcs[kMaxFrames];
+  UnwindResult result;
+  uint64_t ns = 0;
+};
+
+__attribute__((noinline)) void probe_here(Probe* p) {
+  ucontext_t uc;
+  getcontext(&uc);
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < p->repeat; ++i) p->result = unwind_cfi(&uc, p->bounds, p->pcs, kMaxFrames);
+  p->ns = now_ns() - t0;
+  asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) int probe_recurse(Probe* p, int depth) {
+  if (depth == 0) {
+    probe_here(p);
+    return 0;
+  }
+  int r = probe_recurse(p, depth - 1);
+  asm volatile("" : "+r"(r));
+  return r + 1;
+}
+
+TEST(UnwindCfi, SpeedOfTwentyFrameStack) {
+  ASSERT_TRUE(cfi_refresh_modules());
+  Probe p;
+  p.bounds = current_thread_bounds();
+  p.repeat = 200000;
+  probe_recurse(&p, 14);
+  EXPECT_GE(p.result.nframes, 20);
+  printf("[cfi] %d-frame stack: %.1f ns per unwind_cfi (flags %u)\n", p.result.nframes, double(p.ns) / p.repeat,
+         p.result.flags);
+}
+
+TEST(UnwindCfi, BadBoundsAndRegistersStopWithoutCrashing) {
+  ASSERT_TRUE(cfi_refresh_modules());
+  ucontext_t uc;
+  getcontext(&uc);
+  uint64_t pcs[kMaxFrames];
+  StackBounds real = current_thread_bounds();
+  uint64_t sp = uint64_t(uc.uc_mcontext.gregs[REG_RSP]);
+
+  UnwindResult r = unwind_cfi(&uc, real, pcs, kMaxFrames);
+  EXPECT_GE(r.nframes, 3);
+  EXPECT_EQ(r.flags & wire::kStackUnwindStop, 0);
+
+  r = unwind_cfi(&uc, StackBounds{real.lo, sp}, pcs, kMaxFrames);  // nothing above sp readable
+  EXPECT_EQ(r.nframes, 1);
+  EXPECT_TRUE(r.flags & wire::kStackUnwindStop);
+
+  r = unwind_cfi(&uc, StackBounds{0, 0}, pcs, kMaxFrames);
+  EXPECT_EQ(r.nframes, 1);
+  EXPECT_TRUE(r.flags & wire::kStackUnwindStop);
+
+  r = unwind_cfi(&uc, real, pcs, 2);
+  EXPECT_EQ(r.nframes, 2);
+  EXPECT_TRUE(r.flags & wire::kStackTruncated);
+
+  ucontext_t bad = uc;
+  bad.uc_mcontext.gregs[REG_RIP] = 0;
+  r = unwind_cfi(&bad, real, pcs, kMaxFrames);
+  EXPECT_EQ(r.nframes, 1);
+  EXPECT_TRUE(r.flags & wire::kStackUnwindStop);
+
+  // Garbage registers: misaligned/out-of-range sp and rbp, a pc in no module, a pc in code.
+  const uint64_t pcs_to_try[] = {0x1234, uint64_t(&ufx_o2_recurse), uint64_t(&ufx_o2_recurse) + 7,
+                                 uint64_t(&memcpy), uint64_t(-1)};
+  const uint64_t sps_to_try[] = {0, 8, sp + 3, sp, real.hi - 8, real.hi, real.lo, uint64_t(-8)};
+  for (uint64_t pc : pcs_to_try)
+    for (uint64_t s : sps_to_try)
+      for (uint64_t fp : {uint64_t(0), sp, sp + 1, real.hi - 16, uint64_t(0xdeadbeefdeadbeef)}) {
+        bad.uc_mcontext.gregs[REG_RIP] = int64_t(pc);
+        bad.uc_mcontext.gregs[REG_RSP] = int64_t(s);
+        bad.uc_mcontext.gregs[REG_RBP] = int64_t(fp);
+        r = unwind_cfi(&bad, real, pcs, kMaxFrames);
+        EXPECT_GE(r.nframes, 1);
+        EXPECT_LE(r.nframes, kMaxFrames);
+        for (int k = 1; k < r.nframes; ++k) EXPECT_NE(pcs[k], 0u);
+      }
+}
+
+// ---- dlopen / dlclose ------------------------------------------------------------------------
+
+using DsoCall = uint64_t (*)(uint64_t (*)(void*), void*, int);
+const char* dso_path() { return MLPROF_FIXTURE_DIR "/libunwind_fixture_dso.so"; }
+
+struct DsoProbe {
+  StackBounds bounds;
+  uint64_t cfi[kMaxFrames], lu[kMaxFrames];
+  int n_cfi = 0, n_lu = 0;
+  uint8_t flags = 0;
+};
+
+uint64_t dso_callback(void* arg) {
+  auto* p = static_cast<DsoProbe*>(arg);
+  unw_context_t uc;  // on x86-64 a ucontext_t: both unwinders start from the same registers
+  unw_getcontext(&uc);
+  UnwindResult r = unwind_cfi(&uc, p->bounds, p->cfi, kMaxFrames);
+  p->n_cfi = r.nframes;
+  p->flags = r.flags;
+  p->n_lu = libunwind_from(&uc, 0, p->lu, kMaxFrames);
+  return uint64_t(r.nframes);
+}
+
+int count_in(const uint64_t* pcs, int n, void* handle_sym) {
+  Dl_info want, got;
+  if (!dladdr(handle_sym, &want)) return 0;
+  int c = 0;
+  for (int k = 0; k < n; ++k)
+    if (dladdr(reinterpret_cast<void*>(pcs[k]), &got) && got.dli_fbase == want.dli_fbase) ++c;
+  return c;
+}
+
+TEST(UnwindCfi, DlopenedLibraryBecomesUnwindableAfterRefresh) {
+  ASSERT_TRUE(cfi_refresh_modules());
+  void* h = dlopen(dso_path(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto call = reinterpret_cast<DsoCall>(dlsym(h, "ufx_dso_call"));
+  ASSERT_NE(call, nullptr);
+  DsoProbe before, after;
+  before.bounds = after.bounds = current_thread_bounds();
+
+  call(dso_callback, &before, 6);  // tables do not know the library yet
+  EXPECT_GE(before.n_lu, 10);
+  EXPECT_LT(before.n_cfi, before.n_lu - 3) << "unwound through a library without its CFI?";
+  EXPECT_TRUE(before.flags & wire::kStackUnwindStop);
+
+  ASSERT_TRUE(cfi_refresh_modules());
+  call(dso_callback, &after, 6);
+  EXPECT_TRUE(stacks_match(after.cfi, after.n_cfi, after.lu, after.n_lu, after.flags))
+      << "cfi " << after.n_cfi << " frames, libunwind " << after.n_lu;
+  EXPECT_EQ(count_in(after.cfi, after.n_cfi, reinterpret_cast<void*>(call)), 7);
+  EXPECT_EQ(after.flags, 0);
+  dlclose(h);
+  EXPECT_TRUE(cfi_refresh_modules());
+}
+
+TEST(UnwindCfi, ConcurrentRefreshWithDlcloseDoesNotDisturbUnwinding) {
+  ASSERT_TRUE(cfi_refresh_modules());
+  cfi::set_grace_period_ns(20'000'000);  // 20 ms: still 1000x an unwind, but frees in the test
+  cfi::RegistryStats st0 = cfi::registry_stats();
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> stale_pc{0};
+  struct Result {
+    long unwinds = 0, short_stacks = 0;
+    int min_frames = kMaxFrames;
+  } res;
+  std::thread unwinder([&] {
+    Probe p;
+    p.bounds = current_thread_bounds();
+    while (!stop.load(std::memory_order_relaxed)) {
+      probe_recurse(&p, 8);
+      ++res.unwinds;
+      res.min_frames = std::min(res.min_frames, p.result.nframes);
+      if (p.result.nframes < 12 || (p.result.flags & wire::kStackUnwindStop)) ++res.short_stacks;
+      // A context whose pc lies in the library being loaded and unloaded, on a stale stack.
+      ucontext_t uc;
+      getcontext(&uc);
+      uc.uc_mcontext.gregs[REG_RIP] = int64_t(stale_pc.load(std::memory_order_relaxed));
+      uc.uc_mcontext.gregs[REG_RSP] -= 512;
+      uint64_t pcs[kMaxFrames];
+      unwind_cfi(&uc, p.bounds, pcs, kMaxFrames);
+    }
+  });
+  int rounds = 0;
+  uint64_t t_end = now_ns() + 1500ull * 1000000ull;
+  while (now_ns() < t_end) {
+    void* h = dlopen(dso_path(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << dlerror();
+    stale_pc = uint64_t(dlsym(h, "ufx_dso_call")) + 4;
+    ASSERT_TRUE(cfi_refresh_modules());
+    dlclose(h);
+    ASSERT_TRUE(cfi_refresh_modules());
+    ++rounds;
+  }
+  stop = true;
+  unwinder.join();
+  cfi::RegistryStats st1 = cfi::registry_stats();
+  cfi::set_grace_period_ns(2'000'000'000);
+  printf("[cfi] %d dlopen/dlclose rounds, %ld unwinds alongside (min %d frames), %u tables built, %u freed\n",
+         rounds, res.unwinds, res.min_frames, st1.tables_built - st0.tables_built, st1.freed - st0.freed);
+  EXPECT_GT(rounds, 10);
+  EXPECT_GT(res.unwinds, 1000);
+  EXPECT_EQ(res.short_stacks, 0);
+  EXPECT_GT(st1.freed, st0.freed);
+}
+
+}  // namespace
+}  // namespace mlprof::preload

@@ -1,0 +1,150 @@
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <vector>
+
+#include "report/report.h"
+
+namespace mlprof::report_test {
+profile::Profile make_report_profile();
+}
+
+using mlprof::profile::Profile;
+using mlprof::report::SummaryOptions;
+using mlprof::report::text_summary;
+using mlprof::report_test::make_report_profile;
+
+namespace {
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The lines of the section whose heading starts with `heading`, up to the next blank line.
+std::vector<std::string> section(const std::string& text, const std::string& heading) {
+  std::vector<std::string> out;
+  bool in = false;
+  for (const auto& line : split_lines(text)) {
+    if (!in && line.rfind(heading, 0) == 0) { in = true; continue; }
+    if (in && line.empty()) break;
+    if (in) out.push_back(line);
+  }
+  return out;
+}
+
+bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+}  // namespace
+
+TEST(ReportSummary, HeaderFacts) {
+  std::string s = text_summary(make_report_profile(), {});
+  EXPECT_TRUE(has(s, "python3 train.py --epochs 3")) << s;
+  EXPECT_TRUE(has(s, "2.50 s")) << s;
+  EXPECT_TRUE(has(s, "Processes:  2\n")) << s;
+  EXPECT_TRUE(has(s, "Threads:    3\n")) << s;
+  EXPECT_TRUE(has(s, "100 taken, 4 dropped (ring full 2, no thread 1, transport 1; 3.8% of all)")) << s;
+  EXPECT_TRUE(has(s, "99 Hz requested, timer thread-cpu-timer")) << s;
+  EXPECT_TRUE(has(s, "100.0 ms cpu")) << s;  // grand total
+}
+
+TEST(ReportSummary, Warnings) {
+  std::string s = text_summary(make_report_profile(), {});
+  auto w = section(s, "Warnings (2)");
+  ASSERT_EQ(w.size(), 2u) << s;
+  EXPECT_TRUE(has(w[0], "no debug info for /lib/libfoo.so"));
+  EXPECT_TRUE(has(w[1], "[pid 200 worker] preload: perf_event_open failed")) << w[1];
+}
+
+TEST(ReportSummary, TopFunctionsWithPercentages) {
+  std::string s = text_summary(make_report_profile(), {});
+  auto f = section(s, "Top functions by self cpu (6 functions)");
+  ASSERT_EQ(f.size(), 7u) << s;  // column header + 6 rows
+  EXPECT_TRUE(has(f[0], "self") && has(f[0], "total%") && has(f[0], "function")) << f[0];
+  // add_one: self 50 ms = 50% of 100 ms, total 50%.
+  EXPECT_TRUE(has(f[1], "add_one")) << s;
+  EXPECT_TRUE(has(f[1], "50.0 ms  50.0%  50.0 ms   50.0%")) << f[1];
+  EXPECT_TRUE(has(f[1], "/src/math.h:5")) << f[1];
+  EXPECT_TRUE(has(f[2], "[unknown]") && has(f[2], "libfoo.so") && has(f[2], "25.0%")) << f[2];
+  // compute and memcpy tie on self (10%); compute's larger total (70%) puts it first.
+  EXPECT_TRUE(has(f[3], "compute") && has(f[3], "10.0%") && has(f[3], "70.0%")) << f[3];
+  EXPECT_TRUE(has(f[4], "memcpy") && has(f[4], "libc.so.6")) << f[4];
+  EXPECT_TRUE(has(f[6], "main") && has(f[6], "0.0%") && has(f[6], "90.0%")) << f[6];
+  // Columns are aligned: every row has the function column at the same offset.
+  size_t col = f[0].find("function");
+  for (size_t i = 1; i < f.size(); ++i) EXPECT_EQ(f[i].find_first_not_of(' ', col - 1), col) << f[i];
+}
+
+TEST(ReportSummary, TopLimitsRows) {
+  SummaryOptions o;
+  o.top = 2;
+  std::string s = text_summary(make_report_profile(), o);
+  auto f = section(s, "Top functions by self cpu");
+  ASSERT_EQ(f.size(), 4u) << s;  // header, 2 rows, "... and 4 more"
+  EXPECT_TRUE(has(f[3], "and 4 more functions")) << f[3];
+}
+
+TEST(ReportSummary, TopLines) {
+  std::string s = text_summary(make_report_profile(), {});
+  auto l = section(s, "Top source lines by self cpu");
+  ASSERT_EQ(l.size(), 4u) << s;
+  EXPECT_TRUE(has(l[1], "/src/math.h:5") && has(l[1], "add_one") && has(l[1], "50.0%")) << l[1];
+  EXPECT_TRUE(has(l[2], "/src/compute.cpp:20") && has(l[2], "70.0%")) << l[2];
+}
+
+TEST(ReportSummary, ProcessesAndThreads) {
+  std::string s = text_summary(make_report_profile(), {});
+  auto p = section(s, "Processes (2)");
+  ASSERT_EQ(p.size(), 3u) << s;
+  EXPECT_TRUE(has(p[1], "100") && has(p[1], "exit") && has(p[1], "90") && has(p[1], "70.0 ms") &&
+              has(p[1], "python3 train.py --epochs 3")) << p[1];
+  EXPECT_TRUE(has(p[2], "200") && has(p[2], "truncated") && has(p[2], "137") &&
+              has(p[2], "30.0 ms") && has(p[2], "worker --fast")) << p[2];
+  auto t = section(s, "Threads (3)");
+  ASSERT_EQ(t.size(), 4u) << s;
+  // Ordered by cpu: python3 50 ms, worker 30 ms, loader 20 ms; samples from sample events.
+  EXPECT_TRUE(has(t[1], "python3") && has(t[1], "50.0 ms") && has(t[1], "50.0%")) << t[1];
+  EXPECT_TRUE(has(t[2], "200") && has(t[2], "30.0 ms")) << t[2];
+  EXPECT_TRUE(has(t[3], "loader") && has(t[3], "20.0 ms") && has(t[3], " 2 ")) << t[3];
+}
+
+TEST(ReportSummary, OtherMetricAndUnits) {
+  SummaryOptions o;
+  o.metric = "alloc";
+  std::string s = text_summary(make_report_profile(), o);
+  auto f = section(s, "Top functions by self alloc");
+  ASSERT_GE(f.size(), 2u) << s;
+  EXPECT_TRUE(has(f[1], "memcpy") && has(f[1], "4.0 KiB") && has(f[1], "100.0%")) << f[1];
+  o.metric = "nope";
+  EXPECT_TRUE(has(text_summary(make_report_profile(), o), "Unknown metric 'nope'"));
+}
+
+TEST(ReportSummary, ColorOnlyWhenAsked) {
+  Profile p = make_report_profile();
+  EXPECT_FALSE(has(text_summary(p, {}), "\x1b"));
+  SummaryOptions o;
+  o.color = true;
+  EXPECT_TRUE(has(text_summary(p, o), "\x1b[1m"));
+}
+
+TEST(ReportSummary, ProgramTextCannotInjectTerminalEscapes) {
+  Profile p = make_report_profile();
+  p.threads[0].name = "evil\x1b]0;title\x07";
+  p.strings[p.functions[2].function] = "add\x1b[31mone";
+  p.processes[0].argv[0] = "py\xc2\x9b" "2J";  // C1 CSI
+  std::string s = text_summary(p, {});
+  EXPECT_FALSE(has(s, "\x1b")) << s;
+  EXPECT_FALSE(has(s, "\x07"));
+  EXPECT_FALSE(has(s, "\xc2\x9b"));
+  EXPECT_TRUE(has(s, "add?[31mone"));
+  EXPECT_TRUE(has(s, "evil?]0:title?") || has(s, "evil?]0;title?")) << s;
+}
+
+TEST(ReportSummary, EmptyProfile) {
+  Profile p;
+  std::string s = text_summary(p, {});
+  EXPECT_TRUE(has(s, "No metrics in this profile.")) << s;
+  EXPECT_TRUE(has(s, "0 taken, 0 dropped")) << s;
+}

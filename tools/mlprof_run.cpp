@@ -1,0 +1,308 @@
+// mlprof-run: starts the collector, runs the command with the preload, forwards signals, stops on
+// --duration, then writes the profile, the HTML report and a short summary. Returns the command's
+// exit status (128+N when it died of signal N).
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "collector/profile_builder.h"
+#include "collector/server.h"
+#include "common/wire_format.h"
+#include "fmt/format.h"
+#include "profile/profile_io.h"
+#include "report/report.h"
+#include "tools/run_options.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace mlprof;
+
+int64_t now_ns(clockid_t c = CLOCK_MONOTONIC) {
+  struct timespec ts;
+  clock_gettime(c, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::string dir_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The preload: MLPROF_PRELOAD_PATH, next to this executable (build tree), or ../lib/mlprof.
+std::string find_preload() {
+  if (const char* p = getenv("MLPROF_PRELOAD_PATH"); p && *p) return access(p, R_OK) == 0 ? p : "";
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "";
+  std::string dir = dir_of(std::string(self, static_cast<size_t>(n)));
+  for (const std::string& cand : {dir + "/libmlprof_preload.so", dir + "/../lib/mlprof/libmlprof_preload.so"}) {
+    char real[PATH_MAX];
+    if (access(cand.c_str(), R_OK) == 0 && realpath(cand.c_str(), real)) return real;
+  }
+  return "";
+}
+
+std::string default_output(const std::vector<std::string>& cmd) {
+  std::string name = cmd[0].substr(cmd[0].rfind('/') + 1);
+  for (auto& ch : name)
+    if (!isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+  time_t t = time(nullptr);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  char stamp[32];
+  strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return fmt::format("mlprof-{}-{}.mlprof", name, stamp);
+}
+
+std::string html_path_for(const std::string& profile) {
+  std::string base = profile;
+  if (base.size() > 7 && base.compare(base.size() - 7, 7, ".mlprof") == 0) base.resize(base.size() - 7);
+  return base + ".html";
+}
+
+bool writable_dir(const std::string& file, std::string* why) {
+  std::string d = dir_of(file);
+  struct stat st;
+  if (stat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *why = fmt::format("directory {} does not exist", d);
+    return false;
+  }
+  if (access(d.c_str(), W_OK) != 0) {
+    *why = fmt::format("directory {} is not writable", d);
+    return false;
+  }
+  return true;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int exec_errno = 0;
+};
+
+// Starts the command with the preload. Reports exec failures through a close-on-exec pipe.
+Child spawn(const tools::RunOptions& o, const std::string& preload, const std::string& socket, const sigset_t& orig_mask) {
+  std::vector<std::string> env_strings;
+  std::string ld = preload;
+  if (const char* cur = getenv("LD_PRELOAD"); cur && *cur) ld = std::string(cur) + ":" + preload;
+  for (char** e = environ; *e; ++e) {
+    if (strncmp(*e, "LD_PRELOAD=", 11) == 0 || strncmp(*e, "MLPROF_", 7) == 0) continue;
+    env_strings.emplace_back(*e);
+  }
+  env_strings.push_back("LD_PRELOAD=" + ld);
+  env_strings.push_back("MLPROF_SOCKET=" + socket);
+  env_strings.push_back(fmt::format("MLPROF_RATE={}", o.rate_hz));
+  if (!o.unwinder.empty()) env_strings.push_back("MLPROF_UNWINDER=" + o.unwinder);
+  if (o.quiet) env_strings.push_back("MLPROF_QUIET=1");
+  for (char** e = environ; *e; ++e)  // pass through the user's own MLPROF_* settings (MLPROF_SIGNAL, ...)
+    if (strncmp(*e, "MLPROF_", 7) == 0 && strncmp(*e, "MLPROF_SOCKET=", 14) != 0 &&
+        strncmp(*e, "MLPROF_RATE=", 12) != 0 && strncmp(*e, "MLPROF_OUTPUT_DIR=", 18) != 0 &&
+        strncmp(*e, "MLPROF_PRELOAD_PATH=", 20) != 0)
+      env_strings.emplace_back(*e);
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = o.command;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  int pfd[2];
+  Child c;
+  if (pipe2(pfd, O_CLOEXEC) != 0) {
+    c.exec_errno = errno;
+    return c;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pfd[0]);
+    sigprocmask(SIG_SETMASK, &orig_mask, nullptr);
+    execvpe(argv[0], argv.data(), envp.data());
+    int e = errno;
+    ssize_t w = write(pfd[1], &e, sizeof e);
+    (void)w;
+    _exit(127);
+  }
+  close(pfd[1]);
+  if (pid < 0) {
+    c.exec_errno = errno;
+    close(pfd[0]);
+    return c;
+  }
+  c.pid = pid;
+  int e = 0;
+  if (read(pfd[0], &e, sizeof e) == sizeof e) c.exec_errno = e;
+  close(pfd[0]);
+  return c;
+}
+
+int status_to_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tools::RunOptions o;
+  int code = 0;
+  if (!tools::parse_run_options(argc, argv, &o, &code)) return code;
+  if (o.output.empty()) o.output = default_output(o.command);
+  if (!o.no_html && o.html.empty()) o.html = html_path_for(o.output);
+  std::string why;
+  if (!writable_dir(o.output, &why) || (!o.no_html && !writable_dir(o.html, &why))) {
+    fprintf(stderr, "mlprof-run: cannot write the output: %s\n", why.c_str());
+    return 2;
+  }
+  std::string preload = find_preload();
+  if (preload.empty()) {
+    fprintf(stderr,
+            "mlprof-run: libmlprof_preload.so not found next to mlprof-run or in ../lib/mlprof; "
+            "set MLPROF_PRELOAD_PATH to its path\n");
+    return 2;
+  }
+
+  collector::Server server;
+  if (Status st = server.listen(); !st.ok()) {
+    fprintf(stderr, "mlprof-run: %s\n", st.error.c_str());
+    return 2;
+  }
+
+  // Signals arrive through a signalfd; the child gets the original mask back before exec.
+  sigset_t mask, orig_mask;
+  sigemptyset(&mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&mask, s);
+  sigprocmask(SIG_BLOCK, &mask, &orig_mask);
+  int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  // Orphaned grandchildren (daemonizing servers, workers) are reparented to us, not to init.
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+
+  profile::RunInfo run;
+  run.command = o.command;
+  run.start_realtime_ns = now_ns(CLOCK_REALTIME);
+  run.start_ns = now_ns();
+  run.rate_hz = o.rate_hz;
+  run.timer = "thread-cpu-timer";
+  run.mode = "cpu";
+  run.mlprof_version = MLPROF_VERSION;
+  char buf[PATH_MAX];
+  if (getcwd(buf, sizeof buf)) run.cwd = buf;
+  if (gethostname(buf, sizeof buf) == 0) run.hostname = buf;
+
+  Child child = spawn(o, preload, server.socket_path(), orig_mask);
+  if (child.pid < 0 || child.exec_errno) {
+    fprintf(stderr, "mlprof-run: cannot run '%s': %s\n", o.command[0].c_str(), strerror(child.exec_errno));
+    if (child.pid > 0) waitpid(child.pid, nullptr, 0);
+    return child.exec_errno == ENOENT ? 127 : 126;
+  }
+
+  const bool status_line = !o.quiet && isatty(STDERR_FILENO);
+  const int64_t start = now_ns();
+  const int64_t deadline = o.duration_s > 0 ? start + static_cast<int64_t>(o.duration_s * 1e9) : INT64_MAX;
+  int phase = 0;  // --duration: 1 flush asked, 2 SIGTERM sent, 3 SIGKILL sent
+  int64_t phase_t = 0, exited_t = 0, last_status = 0;
+  bool child_done = false, detach_sent = false;
+  int child_status = 0;
+
+  for (;;) {
+    bool sig = server.poll_once(100, sfd);
+    if (sig) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) == sizeof si) {
+        if (si.ssi_signo == SIGCHLD) continue;
+        // A signal from the terminal (SI_KERNEL) reached the whole foreground group, the command
+        // included; one sent to mlprof-run alone is passed on.
+        if (si.ssi_code != SI_KERNEL && !child_done) kill(child.pid, static_cast<int>(si.ssi_signo));
+      }
+    }
+    for (;;) {  // reap the command and any orphans reparented to us
+      int st = 0;
+      pid_t p = waitpid(-1, &st, WNOHANG);
+      if (p <= 0) break;
+      if (p == child.pid) {
+        child_done = true;
+        child_status = st;
+        exited_t = now_ns();
+      }
+    }
+    int64_t t = now_ns();
+    if (!child_done) {
+      if (phase == 0 && t >= deadline) {
+        server.broadcast(static_cast<uint8_t>(wire::Command::kFlush));
+        phase = 1;
+        phase_t = t;
+      } else if (phase == 1 && (server.flushed_replies() >= server.open_connections() || t - phase_t > 1000000000)) {
+        kill(child.pid, SIGTERM);
+        phase = 2;
+        phase_t = t;
+      } else if (phase == 2 && t - phase_t > 5000000000LL) {
+        if (!o.quiet) fprintf(stderr, "\nmlprof-run: the command ignored SIGTERM for 5 s; sending SIGKILL\n");
+        kill(child.pid, SIGKILL);
+        phase = 3;
+      }
+    } else {
+      if (server.open_connections() == 0) break;
+      // Processes that outlive the command (daemons) are detached after a grace period.
+      if (!detach_sent && t - exited_t > 2000000000LL) {
+        server.broadcast(static_cast<uint8_t>(wire::Command::kDetach));
+        detach_sent = true;
+      } else if (detach_sent && t - exited_t > 4000000000LL) {
+        break;
+      }
+    }
+    if (status_line && t - last_status > 500000000) {
+      last_status = t;
+      fprintf(stderr, "\r\033[Kmlprof: %.1fs  samples %llu  processes %zu  dropped %llu", (t - start) / 1e9,
+              static_cast<unsigned long long>(server.samples()), server.streams(),
+              static_cast<unsigned long long>(server.dropped()));
+    }
+  }
+  if (status_line) fprintf(stderr, "\r\033[K");
+
+  run.end_ns = now_ns();
+  run.exit_status = status_to_code(child_status);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  run.collector_cpu_ns = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+                         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
+
+  std::vector<collector::ProcessStream> streams = server.take_streams();
+  std::vector<std::string> server_warnings = server.warnings();
+  server.shutdown();
+  int64_t build_start = now_ns();
+  profile::Profile prof = collector::build_profile(streams, run);
+  for (auto& w : server_warnings) prof.warnings.push_back(w);
+  prof.run.extra["postprocess_ms"] = fmt::format("{}", (now_ns() - build_start) / 1000000);
+
+  if (Status st = profile::write_profile(prof, o.output); !st.ok()) {
+    fprintf(stderr, "mlprof-run: %s\n", st.error.c_str());
+  } else if (!o.no_html) {
+    std::ofstream f(o.html, std::ios::binary);
+    f << report::html_report(prof);
+    if (!f) fprintf(stderr, "mlprof-run: cannot write %s\n", o.html.c_str());
+  }
+  if (!o.quiet) {
+    report::SummaryOptions so;
+    so.top = 10;
+    so.color = isatty(STDERR_FILENO);
+    fprintf(stderr, "%s", report::text_summary(prof, so).c_str());
+    fprintf(stderr, "mlprof: profile written to %s%s%s\n", o.output.c_str(), o.no_html ? "" : ", report to ",
+            o.no_html ? "" : o.html.c_str());
+  }
+  return run.exit_status;
+}
