@@ -149,7 +149,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
-  if (*col) return collect(inputs, out);
+  if (*col) {
+    if (!getenv("MLPROF_DEBUGINFOD")) unsetenv("DEBUGINFOD_URLS");  // see mlprof_run.cpp
+    return collect(inputs, out);
+  }
 
   auto prof = load(file);
   if (!prof) return 1;

@@ -281,6 +281,9 @@ int main(int argc, char** argv) {
   run.collector_cpu_ns = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
                          (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
 
+  // libdw would ask debuginfod servers (DEBUGINFOD_URLS) for missing debug info: slow, and over
+  // the network. Only when the user asks for it (the command's environment was fixed at spawn).
+  if (!getenv("MLPROF_DEBUGINFOD")) unsetenv("DEBUGINFOD_URLS");
   std::vector<collector::ProcessStream> streams = server.take_streams();
   std::vector<std::string> server_warnings = server.warnings();
   server.shutdown();

@@ -59,6 +59,35 @@ TEST(Behaviour, DurationStopsANeverEndingProgramAndKeepsItsProfile) {
   EXPECT_GT(prof.profile.run.end_ns - prof.profile.run.start_ns, 900000000);
 }
 
+TEST(Behaviour, SignalsSentToMlprofRunReachTheProgram) {
+  // kill(mlprof-run, SIGTERM) from outside the terminal: mlprof-run passes it on, the program
+  // handles it its own way (exit 7), and the profile is still written.
+  std::string dir = scratch();
+  std::string out = dir + "/out.txt";
+  pid_t pid = fork();
+  if (pid == 0) {
+    freopen(out.c_str(), "w", stdout);
+    freopen((dir + "/err.txt").c_str(), "w", stderr);
+    execl(MLPROF_RUN, MLPROF_RUN, "-q", "-o", (dir + "/run.mlprof").c_str(), "--",
+          fixture("fixture_behave").c_str(), "term", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until the program is running its loop.
+  for (int i = 0; i < 200 && read_all(out).find("ready") == std::string::npos; ++i) usleep(20000);
+  ASSERT_NE(read_all(out).find("ready"), std::string::npos);
+  usleep(300000);
+  kill(pid, SIGTERM);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 7);
+  EXPECT_NE(read_all(out).find("got SIGTERM"), std::string::npos);
+  auto prof = profile::read_profile(dir + "/run.mlprof");
+  ASSERT_TRUE(prof) << prof.error();
+  EXPECT_GT(function_self(*prof, "behave_hot"), 0);
+  EXPECT_EQ(prof->processes.at(0).exit_status, 7);
+}
+
 TEST(Behaviour, SummaryGoesToStderrWithoutQuiet) {
   std::string dir = scratch();
   RunResult r = run({MLPROF_RUN, "-o", dir + "/x.mlprof", "--", fixture("fixture_cpu_ratio"), "300", "3"});
