@@ -36,6 +36,9 @@ const char* counter_name(wire::Counter c) {
     case wire::Counter::kStacks: return "stacks";
     case wire::Counter::kThreads: return "threads";
     case wire::Counter::kTicks: return "ticks";
+    case wire::Counter::kTimerFailures: return "timer_failures";
+    case wire::Counter::kPerfThreads: return "perf_threads";
+    case wire::Counter::kPosixTimerThreads: return "posix_timer_threads";
   }
   return nullptr;
 }
@@ -218,6 +221,11 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
   Profile p;
   p.run = run;
   p.metrics.push_back({"cpu", "us"});
+  // The clock that sampled: the main threads' (every process tells in its start record).
+  bool any_perf = false, any_timer = false;
+  for (auto& s : streams) (s.timer_kind == static_cast<uint8_t>(wire::TimerKind::kPerfTaskClock) ? any_perf : any_timer) = true;
+  if (!streams.empty())
+    p.run.timer = any_perf && any_timer ? "mixed" : any_perf ? "perf-task-clock" : "thread-cpu-timer";
   // Processes in start order, so indexes read naturally (parent before child).
   std::sort(streams.begin(), streams.end(),
             [](const ProcessStream& a, const ProcessStream& b) { return a.start_mono_ns < b.start_mono_ns; });

@@ -73,6 +73,9 @@ enum class Counter : uint8_t {
   kStacks = 7,           // distinct stacks sent
   kThreads = 8,          // threads seen
   kTicks = 9,            // timer ticks represented (samples weighted by missed ticks)
+  kTimerFailures = 10,   // threads for which no timer could be started (unsampled)
+  kPerfThreads = 11,     // threads sampled by a perf task-clock event
+  kPosixTimerThreads = 12,  // threads sampled by a POSIX CPU-time timer
 };
 
 // Commands from the collector to the preload, one byte each on the same socket.

@@ -73,6 +73,15 @@ void load_config(Config& cfg, void (*report)(const char* msg)) {
       complain("%s=%s is not a usable signal number; using SIGRTMIN+5", "MLPROF_SIGNAL", sig);
   }
 
+  if (const char* tm = getenv("MLPROF_TIMER")) {
+    if (strcmp(tm, "perf") == 0)
+      cfg.timer = TimerSource::kPerfTaskClock;
+    else if (strcmp(tm, "timer") == 0)
+      cfg.timer = TimerSource::kThreadCpuTimer;
+    else
+      complain("%s=%s is not a timer source (perf or timer); using perf", "MLPROF_TIMER", tm);
+  }
+
   if (const char* unw = getenv("MLPROF_UNWINDER")) {
     if (strcmp(unw, "cfi") == 0)
       cfg.unwinder = UnwinderKind::kCfi;

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "preload/thread_timer.h"
+
 namespace mlprof::preload {
 
 enum class UnwinderKind : uint8_t { kCfi, kLibunwind };
@@ -14,6 +16,7 @@ struct Config {
   uint32_t rate_hz = 100;        // MLPROF_RATE: 1..10000
   int signo = 0;                 // MLPROF_SIGNAL: sampling signal (default SIGRTMIN+5)
   UnwinderKind unwinder = UnwinderKind::kCfi;  // MLPROF_UNWINDER
+  TimerSource timer = TimerSource::kPerfTaskClock;  // MLPROF_TIMER: perf (default) or timer
   bool quiet = false;            // MLPROF_QUIET=1: no stderr messages from the preload
 };
 

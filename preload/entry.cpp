@@ -143,16 +143,23 @@ __attribute__((constructor)) void mlprof_preload_init() {
     return;
   }
   save_env();
+  g_threads.set_timer_source(g_cfg.timer);
+  // The main thread first, so the stream's start record names the clock it really got; its
+  // samples are dropped until sampling is switched on below.
+  register_thread();
   g_writer = new (g_writer_storage) Writer(g_cfg, g_threads);
   if (!g_writer->start(clock_ns(CLOCK_REALTIME), clock_ns(CLOCK_MONOTONIC), g_period_ns)) {
+    g_threads.retire_current(clock_ns(CLOCK_MONOTONIC));
+    pthread_setspecific(g_thread_key, nullptr);
     report("cannot reach the collector (MLPROF_SOCKET) or write MLPROF_OUTPUT_DIR; the program runs unprofiled");
     g_writer = nullptr;
     return;
   }
   for (int i = 0; i < g_early_count; ++i) g_writer->message(1, g_early[i]);
+  if (g_threads.timer_failures.load() > 0)
+    report("no sampling clock could be started for the main thread (perf events and POSIX timers both failed)");
   g_active = true;
   g_sampler.sampling.store(true, std::memory_order_release);
-  register_thread();
   pthread_atfork(fork_prepare, fork_parent, fork_child);
   on_exit(on_process_exit, nullptr);
 }

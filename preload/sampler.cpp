@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "common/wire_format.h"
+#include "preload/thread_timer.h"
 #include "preload/threads.h"
 #include "preload/unwinder.h"
 
@@ -34,10 +35,13 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
     errno = saved_errno;
     return;
   }
-  // A timer signal that could not be queued while the previous one was pending counts as an
-  // overrun: the sample stands for those ticks too.
-  uint32_t weight = 1;
-  if (si != nullptr && si->si_code == SI_TIMER && si->si_overrun > 0) weight += static_cast<uint32_t>(si->si_overrun);
+  // The ticks this sample stands for (a CPU-time timer's missed ticks add weight); a perf event
+  // is re-armed here.
+  uint32_t weight = timer_on_signal(slot->timer, si);
+  if (weight == 0) {  // our signal number, but not our timer (sent by someone else): ignore
+    errno = saved_errno;
+    return;
+  }
   slot->ticks.fetch_add(weight, std::memory_order_relaxed);
 
   constexpr uint32_t kMaxRecord = sizeof(RawSample) + kMaxFrames * sizeof(uint64_t);

@@ -43,27 +43,6 @@ bool ThreadRegistry::init() {
   return true;
 }
 
-bool ThreadRegistry::start_timer(ThreadSlot* s, int signo, int64_t period_ns) {
-  struct sigevent sev;
-  memset(&sev, 0, sizeof sev);
-  sev.sigev_notify = SIGEV_THREAD_ID;
-  sev.sigev_signo = signo;
-  sev._sigev_un._tid = static_cast<pid_t>(s->tid);
-  // The calling thread's CPU clock: the timer advances only while this thread runs, so samples
-  // fall on threads in proportion to the CPU they use.
-  if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &s->timer) != 0) return false;
-  struct itimerspec its;
-  its.it_interval.tv_sec = period_ns / 1000000000;
-  its.it_interval.tv_nsec = period_ns % 1000000000;
-  its.it_value = its.it_interval;
-  if (timer_settime(s->timer, 0, &its, nullptr) != 0) {
-    timer_delete(s->timer);
-    return false;
-  }
-  s->has_timer = true;
-  return true;
-}
-
 ThreadSlot* ThreadRegistry::register_current(int signo, int64_t period_ns, int64_t now_ns) {
   if (!slots_ || t_slot) return t_slot;
   int saved_errno = errno;
@@ -99,10 +78,16 @@ ThreadSlot* ThreadRegistry::register_current(int signo, int64_t period_ns, int64
   s->samples = 0; s->dropped = 0; s->unwind_stopped = 0; s->leaf_only = 0; s->ticks = 0;
   s->announced = false;
   s->sent_name[0] = 0;
-  s->has_timer = false;
+  s->timer = ThreadTimer{};
+  // The timer must exist before the slot is visible to the handler (it reads the perf fd).
+  if (!timer_start(s->timer, source_, s->tid, signo, period_ns))
+    timer_failures.fetch_add(1, std::memory_order_relaxed);
+  else if (s->timer.source == TimerSource::kPerfTaskClock)
+    perf_threads.fetch_add(1, std::memory_order_relaxed);
+  else
+    posix_timer_threads.fetch_add(1, std::memory_order_relaxed);
   s->state.store(kSlotActive, std::memory_order_release);
   t_slot = s;
-  if (!start_timer(s, signo, period_ns)) timer_failures.fetch_add(1, std::memory_order_relaxed);
   errno = saved_errno;
   return s;
 }
@@ -112,10 +97,7 @@ void ThreadRegistry::retire_current(int64_t now_ns) {
   if (!s) return;
   int saved_errno = errno;
   t_slot = nullptr;  // a signal still in flight now finds no slot and is dropped
-  if (s->has_timer) {
-    timer_delete(s->timer);
-    s->has_timer = false;
-  }
+  timer_stop(s->timer);
   prctl(PR_GET_NAME, s->end_name, 0, 0, 0);
   s->end_ns.store(now_ns, std::memory_order_relaxed);
   s->state.store(kSlotRetired, std::memory_order_release);
@@ -133,11 +115,8 @@ void ThreadRegistry::stop_all_timers() {
   uint32_t hw = high_water();
   for (uint32_t i = 0; i < hw; ++i) {
     ThreadSlot* s = &slots_[i];
-    if (s->state.load(std::memory_order_acquire) == kSlotActive && s->has_timer) {
-      // timer ids are process-wide: any thread may delete another's timer.
-      timer_delete(s->timer);
-      s->has_timer = false;
-    }
+    // Timer ids and perf fds are process-wide: any thread may stop another thread's timer.
+    if (s->state.load(std::memory_order_acquire) == kSlotActive) timer_stop(s->timer);
   }
 }
 
@@ -146,8 +125,9 @@ void ThreadRegistry::reset_after_fork(int signo, int64_t period_ns, int64_t now_
   uint32_t hw = high_water();
   for (uint32_t i = 0; i < hw; ++i) {
     ThreadSlot* s = &slots_[i];
-    if (s == mine) continue;
-    if (s->state.load(std::memory_order_relaxed) != kSlotFree) release(s);  // POSIX timers are not inherited
+    if (s->state.load(std::memory_order_relaxed) == kSlotFree) continue;
+    timer_forget_inherited(s->timer);  // perf fds are inherited (still watching the parent's threads)
+    if (s != mine) release(s);
   }
   if (!mine) return;
   // Keep the slot and ring memory, but start afresh: new tid, empty ring, new timer, new counters.

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "preload/ring.h"
+#include "preload/thread_timer.h"
 #include "preload/unwinder.h"
 
 namespace mlprof::preload {
@@ -20,8 +21,7 @@ struct ThreadSlot {
   uint32_t tid = 0;
   Ring ring;
   uint8_t* ring_mem = nullptr;
-  timer_t timer{};
-  bool has_timer = false;
+  ThreadTimer timer;
   StackBounds bounds;
   int64_t start_ns = 0;
   std::atomic<int64_t> end_ns{0};
@@ -50,6 +50,8 @@ class ThreadRegistry {
   // Registers the calling thread: claims a slot, maps its ring, records its stack bounds and
   // starts its CPU-time timer. Returns nullptr when out of slots or memory (thread runs unprofiled).
   ThreadSlot* register_current(int signo, int64_t period_ns, int64_t now_ns);
+  // Which clock new threads try first (MLPROF_TIMER).
+  void set_timer_source(TimerSource s) { source_ = s; }
   // The calling thread is ending: stop its timer and hand the slot to the writer for a last drain.
   void retire_current(int64_t now_ns);
   // Writer: after the last drain of a retired slot, unmap its ring and free it.
@@ -64,10 +66,11 @@ class ThreadRegistry {
   uint32_t high_water() const { return high_water_.load(std::memory_order_acquire); }
   std::atomic<uint64_t> no_slot{0};       // threads that could not get a slot
   std::atomic<uint64_t> timer_failures{0};
+  std::atomic<uint64_t> perf_threads{0}, posix_timer_threads{0};  // which clock threads got
 
  private:
-  bool start_timer(ThreadSlot* s, int signo, int64_t period_ns);
   ThreadSlot* slots_ = nullptr;
+  TimerSource source_ = TimerSource::kPerfTaskClock;
   std::atomic<uint32_t> high_water_{0};
 };
 

@@ -19,7 +19,6 @@ namespace {
 
 constexpr int kCycleMs = 10;           // ring drain interval
 constexpr int64_t kSlowNs = 1000000000;  // names, counters, handler check: once a second
-constexpr uint8_t kTimerKind = static_cast<uint8_t>(wire::TimerKind::kThreadCpuTimer);
 
 int64_t mono_ns() {
   struct timespec ts;
@@ -175,7 +174,10 @@ void Writer::send_process_start() {
   enc_.u(static_cast<uint64_t>(start_realtime_ns_));
   enc_.u(static_cast<uint64_t>(start_mono_ns_));
   enc_.u(static_cast<uint64_t>(period_ns_));
-  enc_.u(kTimerKind);
+  // The clock the main thread got (threads fall back one by one; the counters tell).
+  enc_.u(static_cast<uint8_t>(t_slot && t_slot->timer.source == TimerSource::kPerfTaskClock
+                                  ? wire::TimerKind::kPerfTaskClock
+                                  : wire::TimerKind::kThreadCpuTimer));
   enc_.str(std::string_view(exe, n > 0 ? static_cast<size_t>(n) : 0));
   enc_.u(argv.size());
   for (auto a : argv) enc_.str(a);
@@ -361,6 +363,9 @@ void Writer::send_counters() {
       {wire::Counter::kStacks, next_stack_id_ - 1},
       {wire::Counter::kThreads, threads_seen_},
       {wire::Counter::kTicks, ticks},
+      {wire::Counter::kTimerFailures, threads_.timer_failures.load(std::memory_order_relaxed)},
+      {wire::Counter::kPerfThreads, threads_.perf_threads.load(std::memory_order_relaxed)},
+      {wire::Counter::kPosixTimerThreads, threads_.posix_timer_threads.load(std::memory_order_relaxed)},
   };
   enc_.begin(wire::Record::kCounters);
   enc_.u(sizeof counters / sizeof counters[0]);

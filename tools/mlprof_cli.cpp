@@ -67,7 +67,7 @@ int collect(const std::vector<std::string>& inputs, const std::string& out) {
   std::vector<collector::ProcessStream> streams;
   profile::RunInfo run;
   run.mode = "cpu";
-  run.timer = "thread-cpu-timer";
+  run.timer = "thread-cpu-timer";  // replaced by the streams' own clock in build_profile
   run.mlprof_version = MLPROF_VERSION;
   std::vector<std::string> problems;
   for (auto& path : expand_event_inputs(inputs)) {

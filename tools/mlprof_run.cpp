@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
   run.start_realtime_ns = now_ns(CLOCK_REALTIME);
   run.start_ns = now_ns();
   run.rate_hz = o.rate_hz;
-  run.timer = "thread-cpu-timer";
+  run.timer = "thread-cpu-timer";  // replaced by the streams' own clock in build_profile
   run.mode = "cpu";
   run.mlprof_version = MLPROF_VERSION;
   char buf[PATH_MAX];

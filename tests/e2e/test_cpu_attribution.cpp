@@ -101,12 +101,15 @@ TEST(CpuAttribution, LibunwindUnwinderAgreesOnTheRatio) {
   EXPECT_GE(function_total(p, "main"), total_cpu(p) * 95 / 100);
 }
 
-TEST(CpuAttribution, HighRateIsWeightedToTheSameTotals) {
-  // At 1000 Hz the thread CPU timer is limited by the kernel tick; missed ticks weight samples,
-  // so the CPU total still matches the CPU the program used.
-  Profiled run = profile_run({fixture("fixture_cpu_ratio"), "1000", "10"}, {"--rate", "1000"});
+TEST(CpuAttribution, PosixTimerFallbackWeightsMissedTicks) {
+  // With POSIX CPU-time timers (MLPROF_TIMER=timer, the fallback where perf events are not
+  // allowed) 1000 Hz is limited by the kernel tick; missed ticks weight samples, so the CPU total
+  // still matches the ticks and the ratio holds.
+  Profiled run = profile_run({fixture("fixture_cpu_ratio"), "1000", "10"}, {"--rate", "1000"}, {"MLPROF_TIMER=timer"});
   ASSERT_TRUE(run.ok);
   const auto& p = run.profile;
+  EXPECT_EQ(p.run.timer, "thread-cpu-timer");
+  EXPECT_GT(counter_sum(p, "posix_timer_threads"), 0);
   double a = function_self(p, "hot_fifty"), b = function_self(p, "hot_thirty"), c = function_self(p, "hot_twenty");
   double sum = a + b + c;
   ASSERT_GT(sum, 0);
@@ -114,6 +117,22 @@ TEST(CpuAttribution, HighRateIsWeightedToTheSameTotals) {
   int64_t ticks = counter_sum(p, "ticks");
   EXPECT_NEAR(static_cast<double>(total_cpu(p)), ticks * 1000.0, ticks * 1000.0 * 0.02);
   EXPECT_EQ(p.run.rate_hz, 1000u);
+}
+
+TEST(CpuAttribution, PerfEventsDeliverTheRequestedRate) {
+  Profiled run = profile_run({fixture("fixture_cpu_ratio"), "1000", "10"}, {"--rate", "1000"});
+  ASSERT_TRUE(run.ok);
+  const auto& p = run.profile;
+  if (p.run.timer != "perf-task-clock")
+    GTEST_SKIP() << "perf events not permitted here (timer: " << p.run.timer << ")";
+  int64_t samples = counter_sum(p, "samples");
+  double cpu_s = total_cpu(p) / 1e6;
+  ASSERT_GT(cpu_s, 0.3);
+  EXPECT_GE(samples / cpu_s, 800) << samples << " samples over " << cpu_s << " s of CPU";
+  EXPECT_EQ(counter_sum(p, "ticks"), samples);  // perf events are re-armed: no merged ticks
+  double a = function_self(p, "hot_fifty"), b = function_self(p, "hot_thirty"), c = function_self(p, "hot_twenty");
+  EXPECT_NEAR(100 * a / (a + b + c), 50, 3);
+  EXPECT_NEAR(100 * c / (a + b + c), 20, 3);
 }
 
 }  // namespace

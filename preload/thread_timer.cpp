@@ -1,0 +1,106 @@
+#include "preload/thread_timer.h"
+
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace mlprof::preload {
+namespace {
+
+bool start_perf(ThreadTimer& t, uint32_t tid, int signo, int64_t period_ns) {
+  struct perf_event_attr a;
+  memset(&a, 0, sizeof a);
+  a.size = sizeof a;
+  a.type = PERF_TYPE_SOFTWARE;
+  a.config = PERF_COUNT_SW_TASK_CLOCK;
+  a.sample_period = static_cast<uint64_t>(period_ns);
+  a.disabled = 1;
+  a.exclude_hv = 1;
+  a.wakeup_events = 1;
+  // Kernel time counts as the thread's CPU time too; where that is not permitted
+  // (perf_event_paranoid >= 2 on some kernels) count user time only.
+  int fd = static_cast<int>(syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
+  if (fd < 0 && (errno == EACCES || errno == EPERM)) {
+    a.exclude_kernel = 1;
+    fd = static_cast<int>(syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
+  }
+  if (fd < 0) return false;
+  struct f_owner_ex owner = {F_OWNER_TID, static_cast<pid_t>(tid)};
+  if (fcntl(fd, F_SETOWN_EX, &owner) != 0 || fcntl(fd, F_SETSIG, signo) != 0 ||
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC | O_NONBLOCK) != 0 ||
+      ioctl(fd, PERF_EVENT_IOC_RESET, 0) != 0 || ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0) {
+    close(fd);
+    return false;
+  }
+  t.perf_fd = fd;
+  t.source = TimerSource::kPerfTaskClock;
+  t.armed = true;
+  return true;
+}
+
+bool start_posix(ThreadTimer& t, uint32_t tid, int signo, int64_t period_ns) {
+  struct sigevent sev;
+  memset(&sev, 0, sizeof sev);
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = signo;
+  sev._sigev_un._tid = static_cast<pid_t>(tid);
+  if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &t.timer) != 0) return false;
+  struct itimerspec its;
+  its.it_interval.tv_sec = period_ns / 1000000000;
+  its.it_interval.tv_nsec = period_ns % 1000000000;
+  its.it_value = its.it_interval;
+  if (timer_settime(t.timer, 0, &its, nullptr) != 0) {
+    timer_delete(t.timer);
+    return false;
+  }
+  t.source = TimerSource::kThreadCpuTimer;
+  t.armed = true;
+  return true;
+}
+
+}  // namespace
+
+bool timer_start(ThreadTimer& t, TimerSource preferred, uint32_t tid, int signo, int64_t period_ns) {
+  t = ThreadTimer{};
+  if (preferred == TimerSource::kPerfTaskClock) {
+    return start_perf(t, tid, signo, period_ns) || start_posix(t, tid, signo, period_ns);
+  }
+  return start_posix(t, tid, signo, period_ns) || start_perf(t, tid, signo, period_ns);
+}
+
+void timer_stop(ThreadTimer& t) {
+  if (!t.armed) return;
+  t.armed = false;
+  if (t.source == TimerSource::kPerfTaskClock) {
+    ioctl(t.perf_fd, PERF_EVENT_IOC_DISABLE, 0);
+    close(t.perf_fd);
+    t.perf_fd = -1;
+  } else {
+    timer_delete(t.timer);
+  }
+}
+
+void timer_forget_inherited(ThreadTimer& t) {
+  if (t.armed && t.source == TimerSource::kPerfTaskClock) close(t.perf_fd);
+  t = ThreadTimer{};
+}
+
+// signal-safe
+uint32_t timer_on_signal(const ThreadTimer& t, const siginfo_t* si) {
+  if (t.source == TimerSource::kPerfTaskClock) {
+    if (si == nullptr || si->si_fd != t.perf_fd || t.perf_fd < 0) return 0;
+    // The event disabled itself after one overflow: count from here again. A sample therefore
+    // never stands for more than one period (no overruns), and the handler's own time is not counted.
+    ioctl(t.perf_fd, PERF_EVENT_IOC_REFRESH, 1);
+    return 1;
+  }
+  if (si != nullptr && si->si_code == SI_TIMER) return 1 + (si->si_overrun > 0 ? static_cast<uint32_t>(si->si_overrun) : 0);
+  return 1;
+}
+
+}  // namespace mlprof::preload

@@ -1,0 +1,39 @@
+// The per-thread sampling clock. Two sources, both counting the thread's own CPU time:
+//  - perf task-clock (default): perf_event_open(PERF_COUNT_SW_TASK_CLOCK) for the thread, overflow
+//    signals routed to it with F_SETOWN_EX/F_SETSIG, re-armed by the handler (PERF_EVENT_IOC_REFRESH).
+//    Delivers the requested rate (measured ~990 signals/s at 1 kHz on a 2-core VM).
+//  - POSIX CPU-time timer: timer_create(CLOCK_THREAD_CPUTIME_ID, SIGEV_THREAD_ID). Driven by the
+//    scheduler tick (CONFIG_HZ, e.g. 250/s): above that rate signals are merged and the handler
+//    weights a sample by si_overrun. Used where perf events are not permitted (perf_event_paranoid
+//    3, seccomp, no fds left) or with MLPROF_TIMER=timer.
+#pragma once
+#include <signal.h>
+#include <time.h>
+
+#include <cstdint>
+
+namespace mlprof::preload {
+
+enum class TimerSource : uint8_t { kPerfTaskClock = 0, kThreadCpuTimer = 1 };
+
+struct ThreadTimer {
+  int perf_fd = -1;
+  timer_t timer{};
+  bool armed = false;
+  TimerSource source = TimerSource::kThreadCpuTimer;
+};
+
+// Starts a timer for the calling thread (tid). Tries `preferred` first, then the other source.
+// Returns false when neither could be started.
+bool timer_start(ThreadTimer& t, TimerSource preferred, uint32_t tid, int signo, int64_t period_ns);
+// Stops it; any thread may call this (exit, detach).
+void timer_stop(ThreadTimer& t);
+// In a fork child: the inherited perf fd still refers to the parent's thread; close our copy
+// without disabling the parent's event. POSIX timers are not inherited at all.
+void timer_forget_inherited(ThreadTimer& t);
+
+// signal-safe. Called by the handler: the ticks this signal stands for (1 + overruns of a POSIX
+// timer), and re-arming of a perf event. Returns 0 when the signal is not this timer's.
+uint32_t timer_on_signal(const ThreadTimer& t, const siginfo_t* si);
+
+}  // namespace mlprof::preload
