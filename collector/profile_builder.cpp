@@ -4,6 +4,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "collector/python_frames.h"
 #include "collector/symbolizer.h"
 #include "fmt/format.h"
 #include "profile/aggregate.h"
@@ -42,6 +43,35 @@ const char* counter_name(wire::Counter c) {
   }
   return nullptr;
 }
+
+// Metric columns, in this order (docs/profile-format.md: metric names).
+enum Metric : uint32_t { kCpu = 0, kCpuInterpreter = 1, kCpuNative = 2, kCpuSystem = 3, kMetricCount = 4 };
+
+// Where a sample's CPU went, decided by the frames between its leaf and the innermost eval loop.
+enum class CpuClass : uint8_t { kInterpreter, kNative, kSystem };
+
+// C runtime libraries the interpreter calls for its own work (memcpy, malloc): time in them, with
+// only interpreter frames between them and the eval loop, is still interpreter time.
+bool is_c_runtime(const std::string& path) {
+  auto slash = path.rfind('/');
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  for (const char* p : {"libc.so", "libc-", "libm.so", "libm-", "libpthread", "ld-linux", "libdl", "librt", "[vdso]"})
+    if (base.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+bool is_eval_function(const std::string& name) {
+  return name.rfind("_PyEval_EvalFrameDefault", 0) == 0;  // also its GCC-split ".cold" part
+}
+
+struct SymbolizedStack {
+  uint32_t stack = 0;
+  CpuClass cls = CpuClass::kNative;
+  bool merge_failed = false;
+  bool python = false;  // the stack has Python frames
+  bool eval_transition = false;    // merged with the innermost eval invocation as interpreter frames
+  bool unwind_incomplete = false;  // the native stack ended early
+};
 
 struct FrameKeyHash {
   size_t operator()(const Frame& f) const {
@@ -100,24 +130,58 @@ class Builder {
     for (auto& m : s.modules) handles.push_back(sym_.add_module({m.path, m.load_bias, m.build_id}));
 
     // Stacks: symbolize each stream-local stack once.
-    std::unordered_map<uint64_t, uint32_t> stack_map;
+    std::unordered_map<uint64_t, SymbolizedStack> stack_map;
     for (auto& [id, st] : s.stacks) stack_map[id] = symbolize_stack(s, handles, st);
 
-    // Samples -> per (thread, stack) values and time-ordered events.
-    const int64_t period_us_x1000 = s.period_ns;  // ns per tick
-    std::map<std::pair<uint32_t, uint32_t>, int64_t> cpu_ns;
+    // Samples -> per (thread, stack) values per metric, and time-ordered events.
+    std::map<std::pair<uint32_t, uint32_t>, std::vector<int64_t>> ns;
+    uint64_t merge_failed = 0, python_samples = 0, transitions = 0, unmergeable = 0;
     for (auto& smp : s.samples) {
       auto it = stack_map.find(smp.stack);
       if (it == stack_map.end()) continue;  // stack record lost (stream cut): nothing to attribute
+      const SymbolizedStack& st = it->second;
       uint32_t thread = thread_map[smp.thread];
-      cpu_ns[{thread, it->second}] += static_cast<int64_t>(smp.weight) * period_us_x1000;
-      p_.samples.push_back({thread, it->second, smp.t_ns, smp.weight});
+      auto& v = ns[{thread, st.stack}];
+      if (v.empty()) v.assign(kMetricCount, 0);
+      int64_t t = static_cast<int64_t>(smp.weight) * s.period_ns;
+      v[kCpu] += t;
+      v[st.cls == CpuClass::kInterpreter ? kCpuInterpreter : st.cls == CpuClass::kNative ? kCpuNative : kCpuSystem] += t;
+      if (st.python) {
+        ++python_samples;
+        if (st.merge_failed && st.unwind_incomplete)
+          ++unmergeable;
+        else
+          merge_failed += st.merge_failed;
+        transitions += st.eval_transition;
+      }
+      p_.samples.push_back({thread, st.stack, smp.t_ns, smp.weight});
     }
-    for (auto& [key, ns] : cpu_ns) p_.stack_values.push_back({key.first, key.second, {ns / 1000}});
+    for (auto& [key, v] : ns) {
+      for (auto& x : v) x /= 1000;  // ns -> us
+      p_.stack_values.push_back({key.first, key.second, std::move(v)});
+    }
+    auto& proc_ref = p_.processes[proc_index];
+    if (s.python.present) {
+      proc_ref.counters["python_samples"] = python_samples;
+      proc_ref.counters["python_merge_failures"] = merge_failed;
+      proc_ref.counters["python_eval_transitions"] = transitions;
+      proc_ref.counters["python_unmergeable_truncated"] = unmergeable;
+      if (!s.python.supported) proc_ref.messages.push_back(s.python.description);
+      python_seen_ = python_seen_.empty() ? s.python.description : python_seen_;
+    }
+    merge_failed_ += merge_failed;
+    python_samples_ += python_samples;
   }
 
   void finish() {
     for (auto& w : sym_.warnings()) p_.warnings.push_back(w);
+    if (!python_seen_.empty()) p_.run.extra["python"] = python_seen_;
+    if (python_samples_ > 0 && merge_failed_ * 100 > python_samples_)
+      p_.warnings.push_back(fmt::format(
+          "{} of {} samples with Python frames ({:.1f}%) could not be merged with their native stack (the "
+          "interpreter's _PyEval_EvalFrameDefault frames did not match its Python frames); those show the Python "
+          "frames under the native ones",
+          merge_failed_, python_samples_, 100.0 * merge_failed_ / python_samples_));
   }
 
  private:
@@ -147,35 +211,115 @@ class Builder {
     return it->second;
   }
 
-  uint32_t symbolize_stack(const ProcessStream& s, const std::vector<int>& handles, const RawStack& st) {
-    std::vector<uint32_t> ids;
+  // Symbolizes one native pc into frames (its inline chain, innermost first).
+  void native_frames(const ProcessStream& s, const std::vector<int>& handles, uint64_t pc, bool is_return,
+                     uint64_t seq, std::vector<uint32_t>* out, bool* is_eval, uint32_t* module_out) {
+    size_t mi = 0;
+    int h = module_for(s, handles, pc, seq, &mi);
+    *is_eval = false;
+    if (h < 0) {
+      Frame f;
+      f.module = strings_.intern("[unknown]");
+      f.module_offset = pc;
+      *module_out = f.module;
+      out->push_back(intern_frame(f));
+      return;
+    }
+    const SymResult& r = sym_.symbolize(h, pc, is_return);
+    uint32_t module = strings_.intern(s.modules[mi].path);
+    *module_out = module;
+    for (const SymFrame& sf : r.frames) {
+      Frame f;
+      f.function = strings_.intern(sf.function);
+      f.file = strings_.intern(sf.file);
+      f.line = sf.line;
+      f.module = module;
+      // Function-level frames share one offset key per (function, line) so that identical
+      // source positions merge; unknown functions keep their address.
+      f.module_offset = sf.function.empty() ? r.module_offset : 0;
+      f.inlined = sf.inlined;
+      out->push_back(intern_frame(f));
+    }
+    if (!r.frames.empty() && is_eval_function(r.frames.back().function)) *is_eval = true;
+  }
+
+  uint32_t python_frame(const ProcessStream& s, const RawPyFrame& pf) {
+    Frame f;
+    f.kind = profile::FrameKind::kPython;
+    auto it = s.py_codes.find(pf.code_id);
+    if (it == s.py_codes.end()) {
+      f.function = strings_.intern("<unknown code>");
+      return intern_frame(f);
+    }
+    const RawPyCode& c = it->second;
+    f.function = strings_.intern(c.qualname);
+    f.file = strings_.intern(c.filename);
+    int32_t line = python::line_for_offset(static_cast<python::TableFormat>(c.format), c.firstlineno, c.table,
+                                           pf.offset);
+    f.line = line > 0 ? static_cast<uint32_t>(line) : 0;
+    return intern_frame(f);
+  }
+
+  SymbolizedStack symbolize_stack(const ProcessStream& s, const std::vector<int>& handles, const RawStack& st) {
+    SymbolizedStack out;
+    out.python = !st.py.empty();
+    // Native frames: the inline chain of each pc, whether it runs the eval loop, its module.
+    std::vector<std::vector<uint32_t>> native(st.pcs.size());
+    std::vector<bool> is_eval(st.pcs.size());
+    std::vector<uint32_t> modules(st.pcs.size());
     for (size_t i = 0; i < st.pcs.size(); ++i) {
-      uint64_t pc = st.pcs[i];
-      bool is_return = i > 0;  // frame 0 is the interrupted pc; the rest are return addresses
-      size_t mi = 0;
-      int h = module_for(s, handles, pc, st.seq, &mi);
-      if (h < 0) {
-        Frame f;
-        f.module = strings_.intern("[unknown]");
-        f.module_offset = pc;
-        ids.push_back(intern_frame(f));
-        continue;
+      bool ev = false;
+      // frame 0 is the interrupted pc; the rest are return addresses
+      native_frames(s, handles, st.pcs[i], i > 0, st.seq, &native[i], &ev, &modules[i]);
+      is_eval[i] = ev;
+    }
+    std::vector<uint32_t> ids;
+    if (st.py.empty()) {
+      for (auto& v : native) ids.insert(ids.end(), v.begin(), v.end());
+    } else {
+      std::vector<bool> entry;
+      for (auto& f : st.py) entry.push_back(f.flags & 1);
+      // The innermost eval-loop invocation may be entering or leaving its frame (a generator
+      // resumed by next(), a function call from C): it is on the native stack, but its frame is
+      // not (yet, or any more) on the thread's frame chain. Its native frames then work on behalf
+      // of the next Python frame out, so that invocation merges as interpreter frames.
+      size_t groups = static_cast<size_t>(std::count(entry.begin(), entry.end(), true)) + (entry.back() ? 0 : 1);
+      size_t evals = static_cast<size_t>(std::count(is_eval.begin(), is_eval.end(), true));
+      if (evals == groups + 1) {
+        *std::find(is_eval.begin(), is_eval.end(), true) = false;
+        out.eval_transition = true;
       }
-      const SymResult& r = sym_.symbolize(h, pc, is_return);
-      uint32_t module = strings_.intern(s.modules[mi].path);
-      for (const SymFrame& sf : r.frames) {
-        Frame f;
-        f.function = strings_.intern(sf.function);
-        f.file = strings_.intern(sf.file);
-        f.line = sf.line;
-        f.module = module;
-        // Function-level frames share one offset key per (function, line) so that identical
-        // source positions merge; unknown functions keep their address.
-        f.module_offset = sf.function.empty() ? r.module_offset : 0;
-        f.inlined = sf.inlined;
-        ids.push_back(intern_frame(f));
+      std::vector<python::FrameRef> merged;
+      out.merge_failed = !python::merge_stacks(is_eval, entry, &merged);
+      // A native stack the unwinder could not finish cannot be merged by any rule: those samples
+      // are counted as unwind_stopped, not as merge failures.
+      out.unwind_incomplete = (st.flags & (wire::kStackUnwindStop | wire::kStackLeafOnly | wire::kStackTruncated)) != 0;
+      for (auto& ref : merged) {
+        if (ref.python)
+          ids.push_back(python_frame(s, st.py[ref.index]));
+        else
+          ids.insert(ids.end(), native[ref.index].begin(), native[ref.index].end());
       }
     }
+
+    // Interpreter, native or system: system when interrupted at a syscall; interpreter when
+    // every native frame between the leaf and the innermost eval loop is the interpreter's own
+    // (or the C runtime it calls); native otherwise (extensions, BLAS, any library).
+    if (st.flags & wire::kStackInSyscall) {
+      out.cls = CpuClass::kSystem;
+    } else if (!st.py.empty()) {
+      size_t first_eval = std::find(is_eval.begin(), is_eval.end(), true) - is_eval.begin();
+      if (first_eval < is_eval.size()) {
+        uint32_t interp = modules[first_eval];
+        bool all_interp = true;
+        for (size_t i = 0; i < first_eval && all_interp; ++i)
+          all_interp = modules[i] == interp || is_c_runtime(p_.str(modules[i]));
+        out.cls = all_interp ? CpuClass::kInterpreter : CpuClass::kNative;
+      } else {
+        out.cls = CpuClass::kInterpreter;  // no eval frame found (no symbols): Python frames only
+      }
+    }
+
     profile::Stack stack;
     stack.frames = std::move(ids);
     stack.truncated = (st.flags & (wire::kStackTruncated | wire::kStackUnwindStop | wire::kStackLeafOnly)) != 0;
@@ -183,7 +327,8 @@ class Builder {
     key.push_back(stack.truncated ? 1u : 0u);
     auto [it, inserted] = stacks_.try_emplace(std::move(key), static_cast<uint32_t>(p_.stacks.size()));
     if (inserted) p_.stacks.push_back(std::move(stack));
-    return it->second;
+    out.stack = it->second;
+    return out;
   }
 
   Profile& p_;
@@ -191,6 +336,8 @@ class Builder {
   Symbolizer sym_;
   std::unordered_map<Frame, uint32_t, FrameKeyHash> frames_;
   std::unordered_map<std::vector<uint32_t>, uint32_t, StackKeyHash> stacks_;
+  std::string python_seen_;
+  uint64_t merge_failed_ = 0, python_samples_ = 0;
 };
 
 void link_processes(Profile& p, const std::vector<ProcessStream>& streams) {
@@ -220,7 +367,7 @@ void link_processes(Profile& p, const std::vector<ProcessStream>& streams) {
 Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInfo& run, const BuildOptions& opts) {
   Profile p;
   p.run = run;
-  p.metrics.push_back({"cpu", "us"});
+  p.metrics = {{"cpu", "us"}, {"cpu-interpreter", "us"}, {"cpu-native", "us"}, {"cpu-system", "us"}};
   // The clock that sampled: the main threads' (every process tells in its start record).
   bool any_perf = false, any_timer = false;
   for (auto& s : streams) (s.timer_kind == static_cast<uint8_t>(wire::TimerKind::kPerfTaskClock) ? any_perf : any_timer) = true;

@@ -28,6 +28,7 @@ bool StreamDecoder::feed(const uint8_t* data, size_t n) {
       return false;
     }
     header_ok_ = true;
+    minor_ = buf_[5];
     pos = wire::kHeaderSize;
   }
   while (pos < buf_.size()) {
@@ -164,6 +165,21 @@ bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
       }
       st.flags = static_cast<uint8_t>(r.u());
       st.seq = seq_;
+      if (minor_ >= 1 && r.left() > 0) {  // 1.1: Python frames
+        uint64_t npy = r.u();
+        if (npy > 4096) {
+          s_.error = "corrupt event stream (more than 4096 Python frames)";
+          return false;
+        }
+        for (uint64_t i = 0; i < npy && !r.bad; ++i) {
+          RawPyFrame f;
+          f.code_id = r.u();
+          uint64_t off = r.u();
+          f.offset = off == 0 || off > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(off - 1);
+          f.flags = static_cast<uint8_t>(r.u());
+          st.py.push_back(f);
+        }
+      }
       if (!r.bad) s_.stacks[id] = std::move(st);
       break;
     }
@@ -203,6 +219,24 @@ bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
     case wire::Record::kFlushed:
       ++flushed_;
       break;
+    case wire::Record::kPython: {
+      s_.python.version_hex = static_cast<uint32_t>(r.u());
+      s_.python.supported = r.u() != 0;
+      s_.python.description = str();
+      s_.python.present = !r.bad;
+      break;
+    }
+    case wire::Record::kPyCode: {
+      uint64_t id = r.u();
+      RawPyCode c;
+      c.filename = str();
+      c.qualname = str();
+      c.firstlineno = static_cast<uint32_t>(r.u());
+      c.format = static_cast<uint8_t>(r.u());
+      c.table = str();
+      if (!r.bad) s_.py_codes[id] = std::move(c);
+      break;
+    }
     default:
       break;  // a record type from a newer minor version: skip it
   }

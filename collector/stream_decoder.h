@@ -21,10 +21,30 @@ struct RawModule {
   uint64_t unloaded_seq = UINT64_MAX;     // of the unload, if seen
 };
 
+struct RawPyFrame {
+  uint64_t code_id = 0;
+  uint32_t offset = 0;   // byte offset of the instruction; UINT32_MAX: not started (first line)
+  uint8_t flags = 0;     // 1 = entry frame of an eval-loop invocation
+};
+
 struct RawStack {
-  std::vector<uint64_t> pcs;  // leaf first
-  uint8_t flags = 0;          // wire::StackFlags
-  uint64_t seq = 0;           // record sequence number (to pick the modules loaded then)
+  std::vector<uint64_t> pcs;    // leaf first
+  uint8_t flags = 0;            // wire::StackFlags
+  uint64_t seq = 0;             // record sequence number (to pick the modules loaded then)
+  std::vector<RawPyFrame> py;   // innermost first
+};
+
+struct RawPyCode {
+  std::string filename, qualname;
+  uint32_t firstlineno = 0;
+  uint8_t format = 0;     // 0 lnotab, 1 linetable 3.10, 2 locations 3.11+
+  std::string table;
+};
+
+struct PythonInfo {
+  bool present = false, supported = false;
+  uint32_t version_hex = 0;
+  std::string description;
 };
 
 struct RawThread {
@@ -51,6 +71,8 @@ struct ProcessStream {
   uint64_t flags = 0;
   std::vector<RawModule> modules;
   std::unordered_map<uint64_t, RawStack> stacks;
+  PythonInfo python;
+  std::unordered_map<uint64_t, RawPyCode> py_codes;
   std::vector<RawThread> threads;
   std::vector<RawSample> samples;
   std::map<wire::Counter, uint64_t> counters;
@@ -83,6 +105,7 @@ class StreamDecoder {
   ProcessStream s_;
   std::vector<uint8_t> buf_;
   bool header_ok_ = false;
+  uint8_t minor_ = 0;  // the stream's minor version: which optional trailing fields exist
   bool failed_ = false;
   uint64_t seq_ = 0;
   int64_t last_sample_ns_ = 0;

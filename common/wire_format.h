@@ -15,7 +15,7 @@ namespace mlprof::wire {
 
 inline constexpr char kMagic[4] = {'M', 'L', 'P', 'W'};
 inline constexpr uint8_t kMajor = 1;
-inline constexpr uint8_t kMinor = 0;
+inline constexpr uint8_t kMinor = 1;  // 1.1: Python records and frames
 inline constexpr unsigned kHeaderSize = 8;
 
 enum class Record : uint8_t {
@@ -36,6 +36,8 @@ enum class Record : uint8_t {
   // stack_id, nframes, then nframes pcs, leaf first: first as a plain varint, each following one
   // as a zigzag delta from the previous. Frame 0 is the interrupted pc; the rest are return
   // addresses (the collector looks them up at pc-1). flags (see StackFlags).
+  // Since 1.1: npy, then npy Python frames, innermost first: code_id, offset+1 (0 = the frame has
+  // not started: its first line), frame flags (1 = entry frame of an eval-loop invocation).
   kStack = 7,
   // tid, stack_id, mono_ns delta from the previous sample of this stream (s), weight (ticks)
   kSample = 8,
@@ -43,10 +45,17 @@ enum class Record : uint8_t {
   kCounters = 9,
   // severity (0 info, 1 warning), text (str): shown once on stderr by the preload and kept in the report
   kMessage = 10,
-  // mono_ns, reason (EndReason), status (exit code when known)
+  // mono_ns, reason (EndReason), status (s: exit code when known, else -1)
   kProcessEnd = 11,
-  // reply to a collector's flush request: sequence number of the request
+  // reply to a collector's flush request: one reserved varint, written as 0
   kFlushed = 12,
+  // Since 1.1. The Python interpreter found in the process: version_hex, supported (0/1),
+  // description (str). Sent once it is detected.
+  kPython = 13,
+  // Since 1.1. A code object, before the first stack that refers to it: code_id, filename (str),
+  // qualname (str), firstlineno, table format (0 lnotab <=3.9, 1 linetable 3.10, 2 locations
+  // 3.11+), line table (str, raw bytes).
+  kPyCode = 14,
 };
 
 enum class TimerKind : uint8_t { kThreadCpuTimer = 0, kPerfTaskClock = 1 };
@@ -54,13 +63,18 @@ enum class TimerKind : uint8_t { kThreadCpuTimer = 0, kPerfTaskClock = 1 };
 enum class EndReason : uint8_t {
   kExit = 0,      // exit() / return from main: atexit and destructors ran
   kExec = 1,      // the image was replaced by execve; a new stream with the same pid follows
-  kDetached = 2,  // profiling was stopped on request (mlprof-run --duration), the process runs on
+  kDetached = 2,  // profiling was stopped on request (processes still running after the command
+                  // exited), the process runs on
 };
 
 enum StackFlags : uint8_t {
   kStackTruncated = 1,   // deeper than the frame limit: the outermost frames are missing
   kStackUnwindStop = 2,  // the unwinder stopped early (no unwind info / bad frame)
   kStackLeafOnly = 4,    // unwinding was unsafe at that moment (inside the loader): leaf pc only
+  kStackInSyscall = 8,   // the interrupted instruction follows a syscall instruction (system time)
+  kStackGilHeld = 16,    // the thread held the Python GIL
+  kStackPyWalkFailed = 32,  // the Python frame chain could not be read completely
+  kStackHasPython = 64,  // the thread has a Python thread state (its Python frames follow)
 };
 
 enum class Counter : uint8_t {
@@ -76,6 +90,8 @@ enum class Counter : uint8_t {
   kTimerFailures = 10,   // threads for which no timer could be started (unsampled)
   kPerfThreads = 11,     // threads sampled by a perf task-clock event
   kPosixTimerThreads = 12,  // threads sampled by a POSIX CPU-time timer
+  kPyWalkFailed = 13,    // samples whose Python frames could not all be read
+  kPyCodes = 14,         // distinct code objects sent
 };
 
 // Commands from the collector to the preload, one byte each on the same socket.

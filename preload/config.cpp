@@ -11,7 +11,7 @@ namespace {
 
 // Parses a whole decimal number in [lo, hi]; false on anything else ("100x", "", overflow).
 bool parse_uint(const char* s, unsigned long lo, unsigned long hi, unsigned long* out) {
-  if (!s || !*s) return false;
+  if (!s || *s < '0' || *s > '9') return false;  // no sign, no leading space, not empty
   char* end = nullptr;
   errno = 0;
   unsigned long v = strtoul(s, &end, 10);

@@ -14,6 +14,7 @@
 
 #include "common/wire_format.h"
 #include "preload/config.h"
+#include "preload/python.h"
 #include "preload/runtime.h"
 #include "preload/sampler.h"
 #include "preload/threads.h"
@@ -156,6 +157,9 @@ __attribute__((constructor)) void mlprof_preload_init() {
     return;
   }
   for (int i = 0; i < g_early_count; ++i) g_writer->message(1, g_early[i]);
+  // The writer detected the interpreter while announcing modules; an unsupported one is said here
+  // once on stderr (and in the report): native profiling goes on without Python frames.
+  if (const python::Interpreter& py = python::detect(); py.present && !py.supported) report(py.description.c_str());
   if (g_threads.timer_failures.load() > 0)
     report("no sampling clock could be started for the main thread (perf events and POSIX timers both failed)");
   g_active = true;

@@ -26,6 +26,7 @@ class Ring {
   // Producer: returns a pointer to `len` contiguous bytes, or nullptr if the ring is too full.
   // At most one reservation is outstanding.  // signal-safe
   uint8_t* reserve(uint32_t len) {
+    if (len > cap_) return nullptr;  // also keeps align() below from wrapping around
     const uint32_t need = align(len + kHeader);
     uint64_t head = head_.load(std::memory_order_relaxed);
     const uint64_t tail = tail_.load(std::memory_order_acquire);

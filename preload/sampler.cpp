@@ -26,6 +26,15 @@ SamplerState g_sampler;
 
 namespace {
 
+// True when the instruction before pc is `syscall` (0f 05): the thread was interrupted in (or on
+// its way back from) the kernel, which is system time. pc is inside mapped code; the two bytes
+// before it are on the same page unless pc starts a page, where we do not look.  // signal-safe
+bool in_syscall(uint64_t pc) {
+  if ((pc & 0xfff) < 2) return false;
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(pc - 2);
+  return p[0] == 0x0f && p[1] == 0x05;
+}
+
 // signal-safe
 void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
   const int saved_errno = errno;
@@ -44,7 +53,8 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
   }
   slot->ticks.fetch_add(weight, std::memory_order_relaxed);
 
-  constexpr uint32_t kMaxRecord = sizeof(RawSample) + kMaxFrames * sizeof(uint64_t);
+  constexpr uint32_t kMaxRecord =
+      sizeof(RawSample) + kMaxFrames * sizeof(uint64_t) + kMaxPyFrames * sizeof(python::RawPyFrame);
   uint8_t* rec = slot->ring.reserve(kMaxRecord);
   if (rec == nullptr) {
     slot->dropped.fetch_add(1, std::memory_order_relaxed);
@@ -70,13 +80,25 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
     r = unwind_cfi(ucontext, slot->bounds, pcs, kMaxFrames);
   }
   if (r.flags & wire::kStackUnwindStop) slot->unwind_stopped.fetch_add(1, std::memory_order_relaxed);
+  if (in_syscall(pcs[0])) r.flags |= wire::kStackInSyscall;
+
+  int npy = 0;
+  if (g_sampler.python.load(std::memory_order_relaxed)) {
+    auto* py = reinterpret_cast<python::RawPyFrame*>(pcs + r.nframes);
+    uint8_t pyflags = 0;
+    npy = python::walk(py, kMaxPyFrames, &pyflags);
+    if (pyflags & python::kSampleHasPython) r.flags |= wire::kStackHasPython;
+    if (pyflags & python::kSampleGilHeld) r.flags |= wire::kStackGilHeld;
+    if (pyflags & python::kSampleWalkFailed) r.flags |= wire::kStackPyWalkFailed;
+  }
 
   hdr->t_ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   hdr->weight = weight;
   hdr->nframes = static_cast<uint16_t>(r.nframes);
   hdr->flags = r.flags;
-  hdr->reserved = 0;
-  slot->ring.commit(static_cast<uint32_t>(sizeof(RawSample) + r.nframes * sizeof(uint64_t)));
+  hdr->npy = static_cast<uint8_t>(npy);
+  slot->ring.commit(static_cast<uint32_t>(sizeof(RawSample) + r.nframes * sizeof(uint64_t) +
+                                          npy * sizeof(python::RawPyFrame)));
   slot->samples.fetch_add(1, std::memory_order_relaxed);
   errno = saved_errno;
 }

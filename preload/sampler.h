@@ -4,10 +4,12 @@
 #include <cstdint>
 
 #include "preload/config.h"
+#include "preload/python.h"
 
 namespace mlprof::preload {
 
 inline constexpr int kMaxFrames = 192;
+inline constexpr int kMaxPyFrames = 128;
 
 // One sample as the handler leaves it in the ring (in-memory only, never on the wire).
 struct RawSample {
@@ -15,8 +17,8 @@ struct RawSample {
   uint32_t weight;    // 1 + timer overruns
   uint16_t nframes;
   uint8_t flags;      // wire::StackFlags
-  uint8_t reserved;
-  // followed by nframes uint64_t pcs, leaf first
+  uint8_t npy;        // Python frames
+  // followed by nframes uint64_t pcs, leaf first, then npy python::RawPyFrame, innermost first
 };
 
 // Global switches read by the handler. Plain atomics with static storage: no initialization order.
@@ -24,6 +26,7 @@ struct SamplerState {
   std::atomic<bool> sampling{false};
   std::atomic<uint64_t> dropped_no_thread{0};
   UnwinderKind unwinder = UnwinderKind::kCfi;
+  std::atomic<bool> python{false};  // a supported CPython is present: walk its frames
 };
 extern SamplerState g_sampler;
 

@@ -197,6 +197,7 @@ void Writer::send_modules(bool force) {
   // Another library may now occupy the addresses of an unloaded one: the same pcs would then mean
   // other code, so stack ids start afresh.
   if (!removed.empty()) stacks_.clear();
+  if (!added.empty()) check_python();
   int64_t now = mono_ns();
   for (uint32_t id : removed) {
     enc_.begin(wire::Record::kModuleUnload);
@@ -219,6 +220,21 @@ void Writer::send_modules(bool force) {
   }
 }
 
+// Detects an embedded or preloaded CPython (at start, and when libraries are loaded) and turns on
+// Python frame walking in the handler when mlprof can read that interpreter.
+void Writer::check_python() {
+  if (python_announced_) return;
+  const python::Interpreter& py = python::detect();
+  if (!py.present) return;
+  python_announced_ = true;
+  enc_.begin(wire::Record::kPython);
+  enc_.u(py.version_hex);
+  enc_.u(py.supported ? 1 : 0);
+  enc_.str(py.description);
+  enc_.end();
+  if (py.supported) g_sampler.python.store(true, std::memory_order_release);
+}
+
 void Writer::announce_thread(ThreadSlot* s) {
   std::string name = thread_comm(s->tid);
   enc_.begin(wire::Record::kThreadStart);
@@ -231,15 +247,44 @@ void Writer::announce_thread(ThreadSlot* s) {
   ++threads_seen_;
 }
 
-uint64_t Writer::stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags) {
-  Key k{0x243f6a8885a308d3ull ^ flags, 0x13198a2e03707344ull ^ n};
+uint64_t Writer::code_id(uint64_t code) {
+  auto [it, inserted] = codes_.try_emplace(code, next_code_id_);
+  if (!inserted) return it->second;
+  ++next_code_id_;
+  python::CodeInfo info;
+  if (!python::read_code(code, &info)) {
+    info = python::CodeInfo{};
+    info.qualname = "<unreadable code object>";
+  }
+  enc_.begin(wire::Record::kPyCode);
+  enc_.u(it->second);
+  enc_.str(info.filename);
+  enc_.str(info.qualname);
+  enc_.u(info.firstlineno);
+  enc_.u(static_cast<uint8_t>(info.format));
+  enc_.str(info.linetable);
+  enc_.end();
+  return it->second;
+}
+
+uint64_t Writer::stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py,
+                          uint8_t npy) {
+  Key k{0x243f6a8885a308d3ull ^ flags, 0x13198a2e03707344ull ^ n ^ (static_cast<uint64_t>(npy) << 16)};
   for (uint16_t i = 0; i < n; ++i) {
     k.a = mix(k.a, pcs[i]);
     k.b = mix(k.b ^ 0xa4093822299f31d0ull, pcs[i] * 0x9e3779b97f4a7c15ull);
   }
+  for (uint8_t i = 0; i < npy; ++i) {
+    uint64_t v = py[i].code ^ (static_cast<uint64_t>(py[i].instr_offset) << 40) ^ (static_cast<uint64_t>(py[i].flags) << 36);
+    k.a = mix(k.a, v);
+    k.b = mix(k.b ^ 0x082efa98ec4e6c89ull, v * 0x9e3779b97f4a7c15ull + py[i].instr_offset);
+  }
   auto [it, inserted] = stacks_.try_emplace(k, next_stack_id_);
   if (!inserted) return it->second;
   ++next_stack_id_;
+  // Code records must precede the stack that refers to them.
+  uint64_t code_ids[kMaxPyFrames];
+  for (uint8_t i = 0; i < npy; ++i) code_ids[i] = code_id(py[i].code);
   enc_.begin(wire::Record::kStack);
   enc_.u(it->second);
   enc_.u(n);
@@ -250,6 +295,12 @@ uint64_t Writer::stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags) {
     prev = pcs[i];
   }
   enc_.u(flags);
+  enc_.u(npy);
+  for (uint8_t i = 0; i < npy; ++i) {
+    enc_.u(code_ids[i]);
+    enc_.u(py[i].instr_offset == python::kBeforeStart ? 0 : static_cast<uint64_t>(py[i].instr_offset) + 1);
+    enc_.u(py[i].flags);
+  }
   enc_.end();
   return it->second;
 }
@@ -260,9 +311,11 @@ void Writer::drain_slot(ThreadSlot* s) {
     if (len < sizeof(RawSample)) return;
     RawSample h;
     memcpy(&h, data, sizeof h);
-    if (sizeof(RawSample) + h.nframes * sizeof(uint64_t) > len) return;
+    if (sizeof(RawSample) + h.nframes * sizeof(uint64_t) + h.npy * sizeof(python::RawPyFrame) > len) return;
     const uint64_t* pcs = reinterpret_cast<const uint64_t*>(data + sizeof(RawSample));
-    uint64_t id = stack_id(pcs, h.nframes, h.flags);
+    const auto* py = reinterpret_cast<const python::RawPyFrame*>(pcs + h.nframes);
+    if (h.flags & wire::kStackPyWalkFailed) ++py_walk_failed_;
+    uint64_t id = stack_id(pcs, h.nframes, h.flags, py, h.npy);
     enc_.begin(wire::Record::kSample);
     enc_.u(s->tid);
     enc_.u(id);
@@ -366,6 +419,8 @@ void Writer::send_counters() {
       {wire::Counter::kTimerFailures, threads_.timer_failures.load(std::memory_order_relaxed)},
       {wire::Counter::kPerfThreads, threads_.perf_threads.load(std::memory_order_relaxed)},
       {wire::Counter::kPosixTimerThreads, threads_.posix_timer_threads.load(std::memory_order_relaxed)},
+      {wire::Counter::kPyWalkFailed, py_walk_failed_},
+      {wire::Counter::kPyCodes, next_code_id_ - 1},
   };
   enc_.begin(wire::Record::kCounters);
   enc_.u(sizeof counters / sizeof counters[0]);
@@ -395,6 +450,9 @@ bool Writer::restart(int64_t start_realtime_ns, int64_t start_mono_ns) {
   pthread_mutex_lock(&mu_);
   stacks_.clear();
   next_stack_id_ = 1;
+  codes_.clear();
+  next_code_id_ = 1;
+  python_announced_ = false;
   modules_.reset();
   modules_dirty_.store(true);
   enc_.clear();
@@ -412,6 +470,10 @@ void Writer::fork_child(int64_t start_realtime_ns, int64_t start_mono_ns) {
   transport_.abandon();
   stacks_.clear();
   next_stack_id_ = 1;
+  codes_.clear();
+  next_code_id_ = 1;
+  python_announced_ = false;
+  py_walk_failed_ = 0;
   modules_.reset();
   modules_dirty_.store(true);
   retired_samples_ = retired_dropped_ = retired_stopped_ = retired_leaf_ = retired_ticks_ = 0;

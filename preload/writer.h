@@ -13,6 +13,7 @@
 #include "common/wire_format.h"
 #include "preload/encoder.h"
 #include "preload/modules.h"
+#include "preload/python.h"
 #include "preload/threads.h"
 #include "preload/transport.h"
 
@@ -60,7 +61,9 @@ class Writer {
   void flush_out();
   void end_stream(wire::EndReason reason, int status);
   bool open_transport(int64_t mono_ns);
-  uint64_t stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags);
+  uint64_t stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py, uint8_t npy);
+  uint64_t code_id(uint64_t code);
+  void check_python();
 
   const Config& cfg_;
   ThreadRegistry& threads_;
@@ -88,6 +91,12 @@ class Writer {
   };
   std::unordered_map<Key, uint64_t, KeyHash> stacks_;
   uint64_t next_stack_id_ = 1;
+  // Code objects sent so far, by address. A code object freed and another allocated at the same
+  // address would keep the old name (docs/limits.md); code of running functions rarely dies.
+  std::unordered_map<uint64_t, uint64_t> codes_;
+  uint64_t next_code_id_ = 1;
+  bool python_announced_ = false;
+  uint64_t py_walk_failed_ = 0;
 
   // Counters of threads that ended (their slots are reused).
   uint64_t retired_samples_ = 0, retired_dropped_ = 0, retired_stopped_ = 0, retired_leaf_ = 0, retired_ticks_ = 0;

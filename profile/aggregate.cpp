@@ -30,6 +30,7 @@ struct KeyHash {
 struct StackAgg {
   bool done = false;
   uint32_t leaf_func = kNone, leaf_line = kNone;
+  uint32_t py_func = kNone, py_line = kNone;  // the innermost Python frame's, when not the leaf
   std::vector<uint32_t> funcs, lines;
 };
 
@@ -86,7 +87,14 @@ void compute_aggregates(Profile& p) {
       if (f >= p.frames.size()) continue;  // damaged profile: ignore the frame
       visit_frame(f);
       const uint32_t fn = frame_func[f], ln = frame_line[f];
-      if (leaf) a.leaf_func = fn, a.leaf_line = ln, leaf = false;
+      if (leaf) {
+        a.leaf_func = fn, a.leaf_line = ln, leaf = false;
+        if (p.frames[f].kind == FrameKind::kPython) a.py_func = fn, a.py_line = ln;  // it is the innermost
+      } else if (a.py_func == kNone && p.frames[f].kind == FrameKind::kPython) {
+        // A Python frame's self time is the time it is the innermost Python frame: the native
+        // frames above it (the interpreter, an extension) run on its behalf.
+        a.py_func = fn, a.py_line = ln;
+      }
       if (func_stamp.size() <= fn) func_stamp.resize(p.functions.size(), 0);
       if (func_stamp[fn] != s + 1) func_stamp[fn] = s + 1, a.funcs.push_back(fn);
       if (ln != kNone) {
@@ -111,6 +119,8 @@ void compute_aggregates(Profile& p) {
       if (v == 0) continue;
       if (a.leaf_func != kNone) fself[a.leaf_func * nm + k] += v;
       if (a.leaf_line != kNone) lself[a.leaf_line * nm + k] += v;
+      if (a.py_func != kNone && a.py_func != a.leaf_func) fself[a.py_func * nm + k] += v;
+      if (a.py_line != kNone && a.py_line != a.leaf_line) lself[a.py_line * nm + k] += v;
       for (uint32_t fn : a.funcs) ftotal[fn * nm + k] += v;
       for (uint32_t ln : a.lines) ltotal[ln * nm + k] += v;
     }

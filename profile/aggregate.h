@@ -11,7 +11,10 @@ namespace mlprof::profile {
 //    (file, line) strings, only for frames with a non-empty file and line > 0. Identity is by
 //    string content, so duplicate strings in p.strings do not split an entry.
 //  - self: the row's values go to the function and line of the stack's leaf frame (frames[0];
-//    with inlining that is the innermost inlined frame).
+//    with inlining that is the innermost inlined frame), and also to those of the innermost
+//    Python frame (FrameKind::kPython) when it is not the leaf: a Python line's self time is the
+//    time it is the innermost Python line, whatever native code runs on its behalf. Self values
+//    therefore add up to the total within native frames and within Python frames, not across.
 //  - total: the row's values go once to every distinct function and every distinct line on the
 //    stack, even when a function recurses or a line appears several times.
 //  - FunctionStat::first_line is the smallest line > 0 seen in any frame of the function, 0 if

@@ -12,6 +12,7 @@ pkgs=(
   zlib1g-dev         # crc32 for profile trailers, gzip for pprof
   libgtest-dev libgmock-dev googletest
   binutils           # objcopy/strip for test fixtures
+  python3 python3-numpy  # Python tests: Debian's interpreter with numpy (pyenv's builds use hashlib)
 )
 if [ "${MLPROF_BENCH_DEPS:-0}" = 1 ]; then
   pkgs+=(google-perftools libgoogle-perftools-dev linux-perf hyperfine)

@@ -197,3 +197,42 @@ TEST(Aggregate, ToleratesBadRowsAndNoMetrics) {
   EXPECT_EQ(none.p.functions.size(), 5u);
   for (const auto& fn : none.p.functions) EXPECT_TRUE(fn.self.empty() && fn.total.empty());
 }
+
+// A Python frame's self time is the time it is the innermost Python frame; the native leaf keeps
+// its own self time too (the two kinds add up separately).
+TEST(AggregatePython, InnermostPythonFrameGetsSelfTime) {
+  using namespace mlprof::profile;
+  Profile p;
+  p.metrics = {{"cpu", "us"}};
+  auto s = [&](const char* x) {
+    p.strings.push_back(x);
+    return static_cast<uint32_t>(p.strings.size() - 1);
+  };
+  uint32_t py_file = s("app.py"), interp = s("libpython3.11.so"), f_inner = s("inner"), f_outer = s("outer"),
+           f_mul = s("long_mul"), f_main = s("main");
+  Frame leaf{f_mul, 0, 0, interp, 0, FrameKind::kNative, false};
+  Frame inner{f_inner, py_file, 10, 0, 0, FrameKind::kPython, false};
+  Frame outer{f_outer, py_file, 20, 0, 0, FrameKind::kPython, false};
+  Frame main_{f_main, 0, 0, interp, 0, FrameKind::kNative, false};
+  p.frames = {leaf, inner, outer, main_};
+  p.stacks = {{{0, 1, 2, 3}, false},   // long_mul <- inner:10 <- outer:20 <- main
+              {{1, 2, 3}, false}};     // a stack whose leaf is a Python frame (merge fallback)
+  p.threads = {{0, 1, "t", 0, 0}};
+  p.processes = {Process{}};
+  p.stack_values = {{0, 0, {100}}, {0, 1, {7}}};
+  compute_aggregates(p);
+  auto fn = [&](uint32_t name) -> const FunctionStat& {
+    for (auto& f : p.functions)
+      if (f.function == name) return f;
+    ADD_FAILURE() << "no function " << p.strings[name];
+    return p.functions.front();
+  };
+  EXPECT_EQ(fn(f_mul).self[0], 100);
+  EXPECT_EQ(fn(f_inner).self[0], 107);  // innermost Python frame in both stacks, counted once each
+  EXPECT_EQ(fn(f_outer).self[0], 0);
+  EXPECT_EQ(fn(f_outer).total[0], 107);
+  int64_t line10 = 0, line20 = 0;
+  for (auto& l : p.lines) (l.line == 10 ? line10 : line20) += l.self[0];
+  EXPECT_EQ(line10, 107);
+  EXPECT_EQ(line20, 0);
+}

@@ -1,0 +1,800 @@
+// Reading CPython's frames from inside the profiled process (see python.h, docs/python.md).
+//
+// PARTLY SIGNAL CONTEXT. walk() and everything marked `// signal-safe` run inside the sampling
+// signal handler, on whatever thread was interrupted, at any instruction, possibly while that
+// thread is inside the interpreter changing the very frames we read.
+//   Allowed there: loads/stores to our own statics and the caller's buffer, relaxed/acquire
+//     atomics, raw syscalls (getpid, process_vm_readv), and two libpython functions resolved and
+//     PLT-bound by detect(): Py_IsInitialized (a load) and PyGILState_GetThisThreadState
+//     (pthread_getspecific on the gilstate TSS key; glibc's takes no lock).
+//   Forbidden there: malloc/new/std::string, locks, stdio, dlsym, exceptions, errno changes
+//     (saved and restored), and ANY direct dereference of interpreter memory: every byte of
+//     CPython's state is copied with process_vm_readv on our own pid, which fails with EFAULT on a
+//     bad address instead of faulting. Frames, code objects and thread states can be freed or
+//     half-written when the signal lands, so every value read is validated before it is used.
+// detect() and read_code() are NOT signal-safe (writer thread / start-up).
+#include "preload/python.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "preload/python_layouts.h"
+
+namespace mlprof::preload::python {
+namespace {
+
+using IsInitializedFn = int (*)();
+using GetThisThreadStateFn = void* (*)();
+using GetVersionFn = const char* (*)();
+
+// Everything walk() needs, written once by detect() before g_ready is released.
+struct State {
+  Layout layout;
+  IsInitializedFn is_initialized = nullptr;
+  GetThisThreadStateFn this_thread_state = nullptr;
+  uint64_t runtime = 0;        // &_PyRuntime
+  uint64_t runtime_size = 0;   // its st_size (0 if unknown): the 3.12+ main interpreter lies inside
+  uint64_t code_type = 0;      // &PyCode_Type
+  uint64_t unicode_type = 0;   // &PyUnicode_Type (0: not checked)
+  uint64_t bytes_type = 0;     // &PyBytes_Type (0: not checked)
+  uint64_t gil_tstate_current = 0;  // &_PyRuntime.gilstate.tstate_current (<= 3.11), else 0
+};
+
+State g_state;
+std::atomic<bool> g_ready{false};
+// 3.12+: the main interpreter's GIL (interp->ceval.gil never changes once set; the main
+// interpreter lives inside _PyRuntime, so its address is stable too). Set once, by any thread.
+std::atomic<uint64_t> g_main_interp{0}, g_main_gil{0};
+
+Interpreter g_interp;
+pthread_mutex_t g_detect_lock = PTHREAD_MUTEX_INITIALIZER;
+
+constexpr int kMaxSpans = 4;
+struct Span {
+  uint64_t addr;
+  void* dst;
+  size_t len;
+};
+
+// signal-safe. Copies the spans in order with one process_vm_readv; returns how many leading
+// spans were copied completely (the kernel stops at the first bad address and never splits an
+// element). Does not preserve errno: the callers' entry points do.
+int read_spans(pid_t pid, const Span* spans, int n) {
+  struct iovec local[kMaxSpans], remote[kMaxSpans];
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    local[i].iov_base = spans[i].dst;
+    local[i].iov_len = spans[i].len;
+    remote[i].iov_base = reinterpret_cast<void*>(spans[i].addr);
+    remote[i].iov_len = spans[i].len;
+    total += spans[i].len;
+  }
+  long got = syscall(SYS_process_vm_readv, pid, local, static_cast<unsigned long>(n), remote,
+                     static_cast<unsigned long>(n), 0UL);
+  if (got < 0) return 0;
+  if (static_cast<size_t>(got) == total) return n;
+  int done = 0;
+  size_t acc = 0;
+  for (int i = 0; i < n; ++i) {
+    acc += spans[i].len;
+    if (acc > static_cast<size_t>(got)) break;
+    ++done;
+  }
+  return done;
+}
+
+// signal-safe
+bool read_one(pid_t pid, uint64_t addr, void* dst, size_t len) {
+  Span s{addr, dst, len};
+  return read_spans(pid, &s, 1) == 1;
+}
+
+// Our pid for process_vm_readv. A getpid syscall costs ~260 ns here, so it is cached and
+// refreshed in the child by a pthread_atfork handler (registered by detect()). A child made by a
+// raw clone() without CLONE_VM (no atfork handlers) would read its parent: not supported. vfork /
+// posix_spawn children share the parent's memory, so reading the parent is still right there.
+std::atomic<pid_t> g_pid{0};
+
+// signal-safe
+pid_t own_pid() {
+  pid_t p = g_pid.load(std::memory_order_relaxed);
+  return p != 0 ? p : static_cast<pid_t>(syscall(SYS_getpid));
+}
+
+void refresh_pid_in_child() { g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)), std::memory_order_relaxed); }
+
+// Code objects already validated (ob_type == &PyCode_Type), with what walk() needs of them, so a
+// walk reads each code object once per process instead of once per frame. Written from signal
+// handlers on any thread: an entry is (tag = addr ^ val, val); a torn or raced entry fails the tag
+// check and reads as a miss. A code object freed and its address reused is not noticed (its
+// frames are gone by then; read_code() re-validates before anything is shipped).
+constexpr uint32_t kCodeCacheBits = 10;
+struct CodeCacheEntry {
+  std::atomic<uint64_t> tag{0}, val{0};
+};
+CodeCacheEntry g_code_cache[1u << kCodeCacheBits];
+constexpr uint64_t kCodeValid = 1ULL << 63;
+
+uint32_t code_slot(uint64_t addr) {  // signal-safe
+  return static_cast<uint32_t>(((addr >> 4) * 0x9E3779B97F4A7C15ULL) >> (64 - kCodeCacheBits));
+}
+
+// signal-safe. val = kCodeValid | firsttraceable << 32 | code_units.
+bool code_cache_get(uint64_t addr, uint64_t* val) {
+  CodeCacheEntry& e = g_code_cache[code_slot(addr)];
+  const uint64_t v = e.val.load(std::memory_order_relaxed);
+  const uint64_t t = e.tag.load(std::memory_order_relaxed);
+  if ((v & kCodeValid) == 0 || t != (addr ^ v)) return false;
+  *val = v;
+  return true;
+}
+
+void code_cache_put(uint64_t addr, uint64_t val) {  // signal-safe
+  CodeCacheEntry& e = g_code_cache[code_slot(addr)];
+  e.val.store(val, std::memory_order_relaxed);
+  e.tag.store(addr ^ val, std::memory_order_relaxed);
+}
+
+template <typename T>
+T load(const uint8_t* buf, int32_t off) {  // signal-safe
+  T v;
+  memcpy(&v, buf + off, sizeof v);
+  return v;
+}
+
+constexpr int32_t kFrameReadMax = 80;  // bytes of a frame struct we need (all fields below 80)
+constexpr int32_t kTstateReadMax = 80;
+
+int32_t frame_read_len(const Layout& l) {  // signal-safe
+  int32_t end = l.fr_instr + 8;
+  if (l.fr_back + 8 > end) end = l.fr_back + 8;
+  if (l.fr_code + 8 > end) end = l.fr_code + 8;
+  if (l.fr_owner + 1 > end) end = l.fr_owner + 1;
+  if (l.fr_is_entry + 1 > end) end = l.fr_is_entry + 1;
+  return end;
+}
+
+// What one frame read says.
+struct FrameView {
+  uint64_t back = 0, code = 0;
+  int64_t instr = 0;  // f_lasti (int) or the instruction pointer
+  uint8_t owner = 0, is_entry = 0;
+};
+
+FrameView parse_frame(const Layout& l, const uint8_t* b) {  // signal-safe
+  FrameView v;
+  v.back = load<uint64_t>(b, l.fr_back);
+  v.code = load<uint64_t>(b, l.fr_code);
+  if (l.interpreter_frames) {
+    v.instr = static_cast<int64_t>(load<uint64_t>(b, l.fr_instr));
+    v.owner = load<uint8_t>(b, l.fr_owner);
+    if (l.fr_is_entry != kNone) v.is_entry = load<uint8_t>(b, l.fr_is_entry);
+  } else {
+    v.instr = load<int32_t>(b, l.fr_instr);
+  }
+  return v;
+}
+
+// signal-safe. 3.12+: where the interpreter's GIL state lies, or 0 when unknown. One read for
+// sub-interpreters; none for the main interpreter once cached.
+uint64_t gil_for_interp(pid_t pid, const State& s, uint64_t interp) {
+  if (interp == 0 || (interp & 7) != 0) return 0;
+  if (g_main_interp.load(std::memory_order_acquire) == interp) return g_main_gil.load(std::memory_order_relaxed);
+  uint64_t gil = 0;
+  if (!read_one(pid, interp + static_cast<uint64_t>(s.layout.interp_ceval_gil), &gil, sizeof gil)) return 0;
+  if (gil == 0 || (gil & 7) != 0) return 0;
+  bool is_main = s.runtime_size != 0 && interp >= s.runtime && interp < s.runtime + s.runtime_size;
+  if (is_main) {
+    uint64_t expected = 0;
+    if (g_main_gil.compare_exchange_strong(expected, gil, std::memory_order_relaxed))
+      g_main_interp.store(interp, std::memory_order_release);
+  }
+  return gil;
+}
+
+// The frame chain is read through a window: one read copies the frame AND the memory below it
+// on the same page (at most kWindow bytes). From 3.11 on, frames live contiguously in the
+// thread's data stack, callers below callees, so one read usually yields several frames;
+// PyFrameObjects (<= 3.10) are heap objects and mostly cost one read each.
+constexpr int32_t kWindow = 2048;  // on the signal stack: keep it small (altstacks can be 8-16 KiB)
+constexpr uint64_t kPage = 4096;
+
+struct Window {
+  uint64_t base = 0;
+  uint32_t len = 0;
+  uint8_t buf[kWindow];
+  bool holds(uint64_t addr, int32_t flen) const {  // signal-safe
+    return addr >= base && addr + static_cast<uint64_t>(flen) <= base + len;
+  }
+  // The span that reads the frame at `addr` and what lies below it on its page.
+  Span span_for(uint64_t addr, int32_t flen) {  // signal-safe
+    const uint64_t end = addr + static_cast<uint64_t>(flen);
+    uint64_t start = end - static_cast<uint64_t>(kWindow);
+    const uint64_t page = addr & ~(kPage - 1);
+    if (start < page || start > addr) start = page;
+    return Span{start, buf, static_cast<size_t>(end - start)};
+  }
+  void set(const Span& sp) {  // signal-safe
+    base = sp.addr;
+    len = static_cast<uint32_t>(sp.len);
+  }
+};
+
+// The frame chain from `frame`, innermost first, into out[0..max): at most one read per frame (the
+// next frame's window plus, the first time a code object is seen, its header), usually fewer.
+// `first_extra` is read together with the first frame (the GIL state, 3.12+). Returns the count;
+// *failed when a read failed or a check did not hold.
+// signal-safe
+int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int max, const Span* first_extra,
+                bool* extra_ok, bool* failed) {
+  const Layout& l = s.layout;
+  const int32_t flen = frame_read_len(l);
+  Window win;
+  Span spans[kMaxSpans];
+  int nspans = 0;
+  int n = 0;
+  *failed = false;
+  if (extra_ok) *extra_ok = false;
+  if ((frame & 7) != 0) {
+    *failed = true;
+    return 0;
+  }
+  const Span first = win.span_for(frame, flen);
+  spans[nspans++] = first;
+  if (first_extra != nullptr) spans[nspans++] = *first_extra;
+  int got = read_spans(pid, spans, nspans);
+  if (got < 1) {
+    *failed = true;
+    return 0;
+  }
+  win.set(first);
+  if (extra_ok) *extra_ok = got == nspans;
+
+  bool emitted_since_shim = false;  // 3.12+: a frame was emitted since the last CSTACK shim
+  // Frames visited, emitted or not (shims, incomplete frames): a cycle cannot spin forever.
+  const int max_visits = 4 * max + 64;
+  for (int visits = 0;; ++visits) {
+    if (visits >= max_visits) {
+      *failed = true;
+      return n;
+    }
+    const FrameView f = parse_frame(l, win.buf + (frame - win.base));
+    const bool shim = l.owner_cstack != kNone && f.owner == static_cast<uint8_t>(l.owner_cstack);
+    if ((l.interpreter_frames && f.owner > l.owner_max) || (f.back & 7) != 0) {
+      *failed = true;
+      return n;
+    }
+    // What this step must read: the code object's header (first sighting only) and the next
+    // frame's window (when it is not in the current one), together.
+    uint64_t code_val = 0;
+    uint8_t code_hdr[16];  // ob_type and ob_size, read from code + 8
+    int32_t firsttraceable = 0;
+    nspans = 0;
+    if (!shim) {
+      if (f.code == 0 || (f.code & 7) != 0) {
+        *failed = true;
+        return n;
+      }
+      if (!code_cache_get(f.code, &code_val)) {
+        spans[nspans++] = Span{f.code + 8, code_hdr, sizeof code_hdr};
+        if (l.co_firsttraceable != kNone)
+          spans[nspans++] = Span{f.code + static_cast<uint64_t>(l.co_firsttraceable), &firsttraceable, sizeof firsttraceable};
+      }
+    }
+    const int code_spans = nspans;
+    const bool need_next = f.back != 0 && !win.holds(f.back, flen);
+    Span next_span{};
+    if (need_next) {
+      next_span = win.span_for(f.back, flen);
+      spans[nspans++] = next_span;
+    }
+    got = nspans ? read_spans(pid, spans, nspans) : 0;
+    if (got < code_spans) {
+      *failed = true;
+      return n;
+    }
+    if (code_spans != 0) {
+      // Py_SIZE(code) counts code units from 3.11 on; before, the code object is not a
+      // PyVarObject (offset 16 holds co_argcount and co_posonlyargcount).
+      const int64_t units = l.interpreter_frames ? static_cast<int64_t>(load<uint64_t>(code_hdr, 8)) : 1;
+      if (load<uint64_t>(code_hdr, 0) != s.code_type || units < 0 || units > 0x7fffffff || firsttraceable < 0) {
+        *failed = true;
+        return n;
+      }
+      code_val = kCodeValid | (static_cast<uint64_t>(firsttraceable) << 32) | static_cast<uint64_t>(units);
+      code_cache_put(f.code, code_val);
+    }
+
+    if (shim) {
+      // The frame emitted just before a shim was entered by its own C call of the eval loop.
+      if (emitted_since_shim && n > 0) out[n - 1].flags |= kFrameEntry;
+      emitted_since_shim = false;
+    } else {
+      uint32_t offset = kBeforeStart;
+      bool incomplete = false;
+      if (l.interpreter_frames) {
+        const int64_t code_units = static_cast<int64_t>(code_val & 0xffffffffULL);
+        const int64_t first_traceable = static_cast<int64_t>((code_val >> 32) & 0x7fffffffULL);
+        const int64_t rel = f.instr - static_cast<int64_t>(f.code + static_cast<uint64_t>(l.co_code_adaptive));
+        if (code_units <= 0 || rel >= 2 * code_units || (rel & 1) != 0 || rel < -2) {
+          *failed = true;
+          return n;
+        }
+        // CPython's _PyFrame_IsIncomplete: a frame that has not reached RESUME yet (it is
+        // still copying free variables / making cells) is not shown; generators excepted.
+        incomplete = f.owner != 1 && l.co_firsttraceable != kNone && rel < 2 * first_traceable;
+        if (rel >= 0) offset = static_cast<uint32_t>(rel);
+      } else if (f.instr >= 0) {
+        if (f.instr >= (1 << 28)) {
+          *failed = true;
+          return n;
+        }
+        offset = static_cast<uint32_t>(l.lasti_in_units ? f.instr * 2 : f.instr);
+      }
+      if (!incomplete) {
+        if (n == max) return n;  // depth cap: the outermost frames are dropped
+        RawPyFrame& o = out[n++];
+        o.code = f.code;
+        o.instr_offset = offset;
+        o.flags = 0;
+        if (!l.interpreter_frames || (l.fr_is_entry != kNone && f.is_entry)) o.flags |= kFrameEntry;
+        o.reserved[0] = o.reserved[1] = o.reserved[2] = 0;
+        emitted_since_shim = true;
+      }
+    }
+    if (f.back == 0) {
+      // The thread's outermost frame is always an entry (3.12+: its shim may be missing).
+      if (n > 0) out[n - 1].flags |= kFrameEntry;
+      return n;
+    }
+    if (need_next) {
+      if (got < nspans) {
+        *failed = true;
+        return n;
+      }
+      win.set(next_span);
+    }
+    frame = f.back;
+  }
+}
+
+}  // namespace
+
+// signal-safe
+int walk(RawPyFrame* out, int max, uint8_t* sample_flags) {
+  *sample_flags = 0;
+  if (!g_ready.load(std::memory_order_acquire) || max <= 0) return 0;
+  const State& s = g_state;
+  const Layout& l = s.layout;
+  const int saved_errno = errno;
+  if (!s.is_initialized()) {
+    errno = saved_errno;
+    return 0;
+  }
+  const uint64_t tstate = reinterpret_cast<uint64_t>(s.this_thread_state());
+  if (tstate == 0) {
+    errno = saved_errno;
+    return 0;
+  }
+  uint8_t flags = kSampleHasPython;
+  const pid_t pid = own_pid();
+
+  // 1. The thread state (and, <= 3.11, the GIL holder) in one read.
+  uint8_t ts[kTstateReadMax];
+  uint64_t gil_holder = 0;
+  Span spans[2];
+  int nspans = 0;
+  spans[nspans++] = Span{tstate, ts, sizeof ts};
+  if (s.gil_tstate_current != 0) spans[nspans++] = Span{s.gil_tstate_current, &gil_holder, sizeof gil_holder};
+  const int got = read_spans(pid, spans, nspans);
+  if (got < 1) {
+    *sample_flags = flags | kSampleWalkFailed;
+    errno = saved_errno;
+    return 0;
+  }
+  if (got == nspans && s.gil_tstate_current != 0 && gil_holder == tstate) flags |= kSampleGilHeld;
+  uint64_t frame = load<uint64_t>(ts, l.ts_frame);
+  const uint64_t interp = load<uint64_t>(ts, l.ts_interp);
+
+  // 2. 3.11/3.12: tstate->cframe->current_frame (and cframe->previous, see below).
+  uint64_t prev_cframe = 0;
+  if (l.cframe_current_frame != kNone && frame != 0) {
+    uint8_t cf[24];
+    const int32_t cf_len = (l.cframe_current_frame > l.cframe_previous ? l.cframe_current_frame : l.cframe_previous) + 8;
+    if ((frame & 7) != 0 || !read_one(pid, frame, cf, static_cast<size_t>(cf_len))) {
+      *sample_flags = flags | kSampleWalkFailed;
+      errno = saved_errno;
+      return 0;
+    }
+    frame = load<uint64_t>(cf, l.cframe_current_frame);
+    prev_cframe = load<uint64_t>(cf, l.cframe_previous);
+  }
+
+  // 3.12+: the GIL's (last_holder, locked), read together with the first frame.
+  const uint64_t gil = l.interp_ceval_gil != kNone ? gil_for_interp(pid, s, interp) : 0;
+  uint8_t gil_buf[16] = {};
+  const int32_t gil_lo = l.gil_last_holder < l.gil_locked ? l.gil_last_holder : l.gil_locked;
+  const int32_t gil_hi = l.gil_last_holder + 8 > l.gil_locked + 4 ? l.gil_last_holder + 8 : l.gil_locked + 4;
+  const Span gil_span{gil + static_cast<uint64_t>(gil_lo), gil_buf, static_cast<size_t>(gil_hi - gil_lo)};
+  bool gil_ok = false;
+
+  // 3. The frames.
+  int n = 0;
+  bool failed = false;
+  if (frame != 0) {
+    n = walk_frames(pid, s, frame, out, max, gil != 0 ? &gil_span : nullptr, &gil_ok, &failed);
+    // 3.11/3.12 eval-loop entry sets tstate->cframe = &cframe a few instructions before
+    // cframe.current_frame (an uninitialized local until then): a walk that fails on its very
+    // first frame is retried from the previous cframe, which still holds the caller's frames
+    // (the new frame, not started yet, would be skipped as incomplete anyway).
+    if (failed && n == 0 && prev_cframe != 0 && (prev_cframe & 7) == 0) {
+      uint64_t cur = 0;
+      if (read_one(pid, prev_cframe + static_cast<uint64_t>(l.cframe_current_frame), &cur, sizeof cur) && cur != 0)
+        n = walk_frames(pid, s, cur, out, max, nullptr, nullptr, &failed);
+    }
+  } else if (gil != 0) {
+    gil_ok = read_spans(pid, &gil_span, 1) == 1;
+  }
+  if (gil_ok && load<int32_t>(gil_buf, l.gil_locked - gil_lo) != 0 &&
+      load<uint64_t>(gil_buf, l.gil_last_holder - gil_lo) == tstate)
+    flags |= kSampleGilHeld;
+  if (failed) flags |= kSampleWalkFailed;
+  *sample_flags = flags;
+  errno = saved_errno;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Not signal context from here on.
+
+namespace {
+
+struct Symbols {
+  void* is_initialized = nullptr;
+  void* this_thread_state = nullptr;
+  void* runtime = nullptr;
+  void* code_type = nullptr;
+  void* unicode_type = nullptr;
+  void* bytes_type = nullptr;
+  void* version = nullptr;      // Py_Version (3.11+)
+  void* get_version = nullptr;  // Py_GetVersion
+  bool debug = false;
+};
+
+void lookup(void* handle, Symbols* s) {
+  s->is_initialized = dlsym(handle, "Py_IsInitialized");
+  if (s->is_initialized == nullptr) return;
+  s->this_thread_state = dlsym(handle, "PyGILState_GetThisThreadState");
+  s->runtime = dlsym(handle, "_PyRuntime");
+  s->code_type = dlsym(handle, "PyCode_Type");
+  s->unicode_type = dlsym(handle, "PyUnicode_Type");
+  s->bytes_type = dlsym(handle, "PyBytes_Type");
+  s->version = dlsym(handle, "Py_Version");
+  s->get_version = dlsym(handle, "Py_GetVersion");
+  // Py_REF_DEBUG (implied by Py_DEBUG) exports _Py_NegativeRefcount in 3.8–3.13; Py_TRACE_REFS
+  // (which adds two pointers to every PyObject) exports _Py_PrintReferences.
+  s->debug = dlsym(handle, "_Py_NegativeRefcount") != nullptr || dlsym(handle, "_Py_PrintReferences") != nullptr;
+}
+
+// A libpython loaded with RTLD_LOCAL is invisible to RTLD_DEFAULT: find it by name.
+int find_libpython(struct dl_phdr_info* info, size_t, void* data) {
+  const char* name = info->dlpi_name;
+  if (name == nullptr || *name == '\0') return 0;
+  const char* base = strrchr(name, '/');
+  base = base ? base + 1 : name;
+  if (strncmp(base, "libpython3", 10) != 0) return 0;
+  snprintf(static_cast<char*>(data), PATH_MAX, "%s", name);
+  return 1;
+}
+
+// "3.11.7 (main, ...)" / "3.13.0rc1+" -> PY_VERSION_HEX.
+uint32_t parse_version(const char* v) {
+  unsigned major = 0, minor = 0, micro = 0;
+  int used = 0;
+  if (v == nullptr || sscanf(v, "%u.%u.%u%n", &major, &minor, &micro, &used) < 3) return 0;
+  unsigned level = 0xf, serial = 0;
+  const char* p = v + used;
+  if (p[0] == 'a') level = 0xa, serial = static_cast<unsigned>(atoi(p + 1));
+  else if (p[0] == 'b') level = 0xb, serial = static_cast<unsigned>(atoi(p + 1));
+  else if (p[0] == 'r' && p[1] == 'c') level = 0xc, serial = static_cast<unsigned>(atoi(p + 2));
+  return (major << 24) | (minor << 16) | (micro << 8) | (level << 4) | (serial & 0xf);
+}
+
+std::string version_text(uint32_t hex) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%u.%u.%u", hex >> 24, (hex >> 16) & 0xff, (hex >> 8) & 0xff);
+  return buf;
+}
+
+// 3.13's _Py_DebugOffsets, as laid out in 3.13.x (Include/internal/pycore_runtime.h).
+struct DebugOffsets313 {
+  char cookie[8];
+  uint64_t version, free_threaded;
+  struct { uint64_t size, finalizing, interpreters_head; } runtime_state;
+  struct {
+    uint64_t size, id, next, threads_head, gc, imports_modules, sysdict, builtins, ceval_gil,
+        gil_runtime_state, gil_runtime_state_enabled, gil_runtime_state_locked, gil_runtime_state_holder;
+  } interpreter_state;
+  struct { uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id, datastack_chunk, status; } thread_state;
+  struct { uint64_t size, previous, executable, instr_ptr, localsplus, owner; } interpreter_frame;
+  struct {
+    uint64_t size, filename, name, qualname, linetable, firstlineno, argcount, localsplusnames,
+        localspluskinds, co_code_adaptive;
+  } code_object;
+  struct { uint64_t size, ob_type; } pyobject;
+  struct { uint64_t size, tp_name, tp_repr, tp_flags; } type_object;
+  struct { uint64_t size, ob_item, ob_size; } tuple_object;
+  struct { uint64_t size, ob_item, ob_size; } list_object;
+  struct { uint64_t size, ma_keys, ma_values; } dict_object;
+  struct { uint64_t size, ob_fval; } float_object;
+  struct { uint64_t size, lv_tag, ob_digit; } long_object;
+  struct { uint64_t size, ob_size, ob_sval; } bytes_object;
+  struct { uint64_t size, state, length, asciiobject_size; } unicode_object;
+  struct { uint64_t size, collecting; } gc;
+};
+
+// Applies 3.13's debug offsets over the 3.13 table. Returns "" or why they cannot be used.
+const char* apply_debug_offsets(const DebugOffsets313& d, uint32_t version_hex, Layout* l, bool* used) {
+  *used = false;
+  if (memcmp(d.cookie, "xdebugpy", 8) != 0) return "";  // absent: keep the table
+  if ((d.version >> 16) != (version_hex >> 16)) return "its _Py_DebugOffsets is for another version";
+  if (d.free_threaded) return "free-threaded";
+  auto fits = [](uint64_t v) { return v < 65536; };
+  const uint64_t all[] = {d.thread_state.interp, d.thread_state.current_frame, d.interpreter_state.ceval_gil,
+                          d.interpreter_state.gil_runtime_state, d.interpreter_state.gil_runtime_state_locked,
+                          d.interpreter_state.gil_runtime_state_holder, d.interpreter_frame.previous,
+                          d.interpreter_frame.executable, d.interpreter_frame.instr_ptr, d.interpreter_frame.owner,
+                          d.code_object.filename, d.code_object.name, d.code_object.qualname, d.code_object.linetable,
+                          d.code_object.firstlineno, d.code_object.co_code_adaptive, d.pyobject.ob_type,
+                          d.bytes_object.ob_size, d.bytes_object.ob_sval, d.unicode_object.state,
+                          d.unicode_object.length, d.unicode_object.asciiobject_size};
+  for (uint64_t v : all)
+    if (!fits(v)) return "its _Py_DebugOffsets look corrupt";
+  if (d.interpreter_frame.previous + 8 > kFrameReadMax || d.interpreter_frame.executable + 8 > kFrameReadMax ||
+      d.interpreter_frame.instr_ptr + 8 > kFrameReadMax || d.interpreter_frame.owner + 1 > kFrameReadMax ||
+      d.thread_state.current_frame + 8 > kTstateReadMax || d.thread_state.interp + 8 > kTstateReadMax)
+    return "its frame layout differs from what mlprof reads";
+  if (d.interpreter_state.gil_runtime_state_locked < d.interpreter_state.gil_runtime_state ||
+      d.interpreter_state.gil_runtime_state_holder < d.interpreter_state.gil_runtime_state)
+    return "its _Py_DebugOffsets look corrupt";
+  {  // walk() reads last_holder and locked with one 16-byte read
+    const int64_t holder = static_cast<int64_t>(d.interpreter_state.gil_runtime_state_holder);
+    const int64_t locked = static_cast<int64_t>(d.interpreter_state.gil_runtime_state_locked);
+    const int64_t lo = holder < locked ? holder : locked;
+    const int64_t hi = holder + 8 > locked + 4 ? holder + 8 : locked + 4;
+    if (hi - lo > 16) return "its GIL layout differs from what mlprof reads";
+  }
+  const int32_t code_adaptive_table = l->co_code_adaptive;
+  l->ts_interp = static_cast<int32_t>(d.thread_state.interp);
+  l->ts_frame = static_cast<int32_t>(d.thread_state.current_frame);
+  l->interp_ceval_gil = static_cast<int32_t>(d.interpreter_state.ceval_gil);
+  l->gil_locked = static_cast<int32_t>(d.interpreter_state.gil_runtime_state_locked - d.interpreter_state.gil_runtime_state);
+  l->gil_last_holder = static_cast<int32_t>(d.interpreter_state.gil_runtime_state_holder - d.interpreter_state.gil_runtime_state);
+  l->fr_back = static_cast<int32_t>(d.interpreter_frame.previous);
+  l->fr_code = static_cast<int32_t>(d.interpreter_frame.executable);
+  l->fr_instr = static_cast<int32_t>(d.interpreter_frame.instr_ptr);
+  l->fr_owner = static_cast<int32_t>(d.interpreter_frame.owner);
+  l->co_filename = static_cast<int32_t>(d.code_object.filename);
+  l->co_name = static_cast<int32_t>(d.code_object.name);
+  l->co_qualname = static_cast<int32_t>(d.code_object.qualname);
+  l->co_linetable = static_cast<int32_t>(d.code_object.linetable);
+  l->co_firstlineno = static_cast<int32_t>(d.code_object.firstlineno);
+  l->co_code_adaptive = static_cast<int32_t>(d.code_object.co_code_adaptive);
+  // _co_firsttraceable is not published: trust the table only where the layout is the table's.
+  if (l->co_code_adaptive != code_adaptive_table) l->co_firsttraceable = kNone;
+  l->ob_type = static_cast<int32_t>(d.pyobject.ob_type);
+  l->bytes_sval = static_cast<int32_t>(d.bytes_object.ob_sval);
+  l->str_state = static_cast<int32_t>(d.unicode_object.state);
+  l->str_length = static_cast<int32_t>(d.unicode_object.length);
+  l->str_ascii_data = static_cast<int32_t>(d.unicode_object.asciiobject_size);
+  // PyCompactUnicodeObject = PyASCIIObject + utf8_length + utf8 (3.12+).
+  l->str_compact_data = l->str_ascii_data + 16;
+  if (l->ob_type != 8 || d.bytes_object.ob_size != 16) return "its object header differs from what mlprof reads";
+  *used = true;
+  return "";
+}
+
+void unsupported(const std::string& why) {
+  g_interp.supported = false;
+  g_interp.description = why + ": Python frames are not shown, native profiling goes on";
+}
+
+}  // namespace
+
+const Interpreter& detect() {
+  pthread_mutex_lock(&g_detect_lock);
+  if (g_interp.present) {  // found once: the answer cannot change
+    pthread_mutex_unlock(&g_detect_lock);
+    return g_interp;
+  }
+  Symbols sym;
+  lookup(RTLD_DEFAULT, &sym);
+  if (sym.is_initialized == nullptr) {
+    char path[PATH_MAX] = {};
+    if (dl_iterate_phdr(find_libpython, path) != 0) {
+      if (void* h = dlopen(path, RTLD_LAZY | RTLD_NOLOAD)) lookup(h, &sym);  // reference kept: pins it
+    }
+  }
+  if (sym.is_initialized == nullptr) {
+    g_interp.description = "no CPython in the process";
+    pthread_mutex_unlock(&g_detect_lock);
+    return g_interp;
+  }
+  g_interp.present = true;
+  // Pin the library that holds the interpreter: walk() calls into it from signal handlers.
+  Dl_info info;
+  if (dladdr(sym.is_initialized, &info) != 0 && info.dli_fname != nullptr) dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+
+  uint32_t hex = 0;
+  if (sym.version != nullptr) hex = static_cast<uint32_t>(*static_cast<const unsigned long*>(sym.version));
+  else if (sym.get_version != nullptr) hex = parse_version(reinterpret_cast<GetVersionFn>(sym.get_version)());
+  g_interp.version_hex = hex;
+  const std::string ver = "CPython " + version_text(hex);
+  g_interp.description = ver;
+  const uint32_t major = hex >> 24, minor = (hex >> 16) & 0xff;
+
+  State st;
+  if (hex == 0) {
+    unsupported("CPython of unknown version");
+  } else if (major != 3 || minor < 8) {
+    unsupported(ver + " is too old (mlprof reads 3.8 to 3.13)");
+  } else if (minor > 13) {
+    unsupported(ver + " is not supported yet");
+  } else if (sym.debug) {
+    unsupported(ver + " is a debug build (Py_DEBUG), whose object layout mlprof does not read");
+  } else if (sym.this_thread_state == nullptr || sym.runtime == nullptr || sym.code_type == nullptr) {
+    unsupported(ver + " does not export PyGILState_GetThisThreadState, _PyRuntime or PyCode_Type");
+  } else {
+    static constexpr const Layout* kTables[] = {&kLayout38, &kLayout39, &kLayout310, &kLayout311, &kLayout312, &kLayout313};
+    st.layout = *kTables[minor - 8];
+    st.is_initialized = reinterpret_cast<IsInitializedFn>(sym.is_initialized);
+    st.this_thread_state = reinterpret_cast<GetThisThreadStateFn>(sym.this_thread_state);
+    st.runtime = reinterpret_cast<uint64_t>(sym.runtime);
+    st.code_type = reinterpret_cast<uint64_t>(sym.code_type);
+    st.unicode_type = reinterpret_cast<uint64_t>(sym.unicode_type);
+    st.bytes_type = reinterpret_cast<uint64_t>(sym.bytes_type);
+    if (st.layout.rt_gil_tstate_current != kNone) st.gil_tstate_current = st.runtime + static_cast<uint64_t>(st.layout.rt_gil_tstate_current);
+    ElfW(Sym)* esym = nullptr;
+    Dl_info rinfo;
+    if (dladdr1(sym.runtime, &rinfo, reinterpret_cast<void**>(&esym), RTLD_DL_SYMENT) != 0 && esym != nullptr)
+      st.runtime_size = esym->st_size;
+
+    // The fault-tolerant read must work here (seccomp may forbid process_vm_readv); this call
+    // also binds what walk() uses.
+    std::string why;
+    DebugOffsets313 dbg;
+    memset(&dbg, 0, sizeof dbg);
+    if (!read_one(own_pid(), st.runtime, &dbg, minor >= 13 ? sizeof dbg : 8)) {
+      why = ver + ": reading its memory failed (process_vm_readv is not permitted here)";
+    } else if (minor >= 13) {
+      bool used = false;
+      const std::string bad = apply_debug_offsets(dbg, hex, &st.layout, &used);
+      if (bad == "free-threaded") why = "free-threaded " + ver + " (no GIL) is not supported";
+      else if (!bad.empty()) why = ver + ": " + bad;
+      g_interp.description = ver + (used ? " (layout from _Py_DebugOffsets)" : " (built-in layout)");
+    }
+    if (!why.empty()) {
+      unsupported(why);
+    } else {
+      // Bind PLT entries (ours and libpython's) before any signal handler needs them. Both are
+      // safe before Py_Initialize: <= 3.11 returns NULL while gilstate is unset; 3.12+ reads
+      // pthread_getspecific of a not-yet-created key (a plain, lock-free load; result unused).
+      (void)st.is_initialized();
+      (void)st.this_thread_state();
+      g_state = st;
+      refresh_pid_in_child();  // the current pid
+      pthread_atfork(nullptr, nullptr, refresh_pid_in_child);
+      g_interp.supported = true;
+      g_ready.store(true, std::memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_detect_lock);
+  return g_interp;
+}
+
+namespace {
+
+constexpr uint64_t kMaxStringChars = 1 << 16;
+constexpr uint64_t kMaxTableBytes = 1 << 22;
+
+void append_utf8(std::string* s, uint32_t c) {
+  if (c < 0x80) {
+    s->push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    s->push_back(static_cast<char>(0xc0 | (c >> 6)));
+    s->push_back(static_cast<char>(0x80 | (c & 0x3f)));
+  } else if (c < 0x10000) {
+    s->push_back(static_cast<char>(0xe0 | (c >> 12)));
+    s->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
+    s->push_back(static_cast<char>(0x80 | (c & 0x3f)));
+  } else {
+    s->push_back(static_cast<char>(0xf0 | (c >> 18)));
+    s->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3f)));
+    s->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
+    s->push_back(static_cast<char>(0x80 | (c & 0x3f)));
+  }
+}
+
+// A str object: compact ASCII or compact UCS1/2/4 (code objects' strings are always compact).
+bool read_str(pid_t pid, const State& st, uint64_t addr, std::string* out) {
+  const Layout& l = st.layout;
+  if (addr == 0 || (addr & 7) != 0) return false;
+  uint8_t hdr[40];
+  if (!read_one(pid, addr, hdr, sizeof hdr)) return false;
+  if (st.unicode_type != 0 && load<uint64_t>(hdr, l.ob_type) != st.unicode_type) return false;
+  const int64_t length = load<int64_t>(hdr, l.str_length);
+  const uint32_t state = load<uint32_t>(hdr, l.str_state);
+  const uint32_t kind = (state >> 2) & 7;
+  const bool compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+  if (!compact || length < 0 || static_cast<uint64_t>(length) > kMaxStringChars) return false;
+  if (kind != 1 && kind != 2 && kind != 4) return false;
+  if (ascii && kind != 1) return false;
+  const uint64_t data = addr + static_cast<uint64_t>(ascii ? l.str_ascii_data : l.str_compact_data);
+  std::string raw(static_cast<size_t>(length) * kind, '\0');
+  if (length > 0 && !read_one(pid, data, raw.data(), raw.size())) return false;
+  out->clear();
+  if (ascii) {
+    *out = std::move(raw);
+    return true;
+  }
+  out->reserve(raw.size());
+  for (int64_t i = 0; i < length; ++i) {
+    uint32_t c = 0;
+    if (kind == 1) c = static_cast<uint8_t>(raw[static_cast<size_t>(i)]);
+    else if (kind == 2) { uint16_t u; memcpy(&u, raw.data() + i * 2, 2); c = u; }
+    else memcpy(&c, raw.data() + i * 4, 4);
+    if (c > 0x10ffff) return false;
+    append_utf8(out, c);
+  }
+  return true;
+}
+
+bool read_bytes(pid_t pid, const State& st, uint64_t addr, std::string* out) {
+  const Layout& l = st.layout;
+  if (addr == 0 || (addr & 7) != 0) return false;
+  uint8_t hdr[24];
+  if (!read_one(pid, addr, hdr, sizeof hdr)) return false;
+  if (st.bytes_type != 0 && load<uint64_t>(hdr, l.ob_type) != st.bytes_type) return false;
+  const int64_t size = load<int64_t>(hdr, l.ob_size);
+  if (size < 0 || static_cast<uint64_t>(size) > kMaxTableBytes) return false;
+  out->assign(static_cast<size_t>(size), '\0');
+  return size == 0 || read_one(pid, addr + static_cast<uint64_t>(l.bytes_sval), out->data(), out->size());
+}
+
+}  // namespace
+
+bool read_code(uint64_t code, CodeInfo* out) {
+  if (!g_ready.load(std::memory_order_acquire) || code == 0 || (code & 7) != 0) return false;
+  const State& st = g_state;
+  const Layout& l = st.layout;
+  const pid_t pid = own_pid();
+  uint8_t hdr[256];
+  int32_t end = 0;
+  for (int32_t off : {l.ob_type, l.co_filename, l.co_name, l.co_qualname, l.co_firstlineno, l.co_linetable})
+    if (off + 8 > end) end = off + 8;
+  if (end > static_cast<int32_t>(sizeof hdr) || !read_one(pid, code, hdr, static_cast<size_t>(end))) return false;
+  if (load<uint64_t>(hdr, l.ob_type) != st.code_type) return false;
+  CodeInfo info;
+  const int32_t first = load<int32_t>(hdr, l.co_firstlineno);
+  info.firstlineno = first > 0 ? static_cast<uint32_t>(first) : 0;
+  if (!read_str(pid, st, load<uint64_t>(hdr, l.co_filename), &info.filename)) return false;
+  const int32_t qual = l.co_qualname != kNone ? l.co_qualname : l.co_name;
+  if (!read_str(pid, st, load<uint64_t>(hdr, qual), &info.qualname)) return false;
+  if (!read_bytes(pid, st, load<uint64_t>(hdr, l.co_linetable), &info.linetable)) return false;
+  info.format = l.minor <= 9 ? TableFormat::kLnotab : l.minor == 10 ? TableFormat::kLinetable310 : TableFormat::kLocations311;
+  *out = std::move(info);
+  return true;
+}
+
+}  // namespace mlprof::preload::python

@@ -1,0 +1,67 @@
+// Reading CPython's own structures from inside the process: which interpreter is loaded, and in
+// the signal handler, the interrupted thread's Python frames (code object + instruction offset).
+// Layouts per version for 3.8–3.12, _Py_DebugOffsets for 3.13+ (see docs/python.md).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace mlprof::preload::python {
+
+// Line table formats, as shipped to the collector.
+enum class TableFormat : uint8_t {
+  kLnotab = 0,       // <= 3.9 co_lnotab
+  kLinetable310 = 1, // 3.10 co_linetable (PEP 626)
+  kLocations311 = 2, // >= 3.11 co_linetable (location table)
+};
+
+enum FrameFlags : uint8_t {
+  kFrameEntry = 1,  // this frame was entered by a new C-level call of the eval loop (3.11 is_entry;
+                    // 3.12+: the frame below a CSTACK shim; <= 3.10: every frame)
+};
+
+// One Python frame as the handler records it.
+struct RawPyFrame {
+  uint64_t code;          // address of the code object
+  uint32_t instr_offset;  // byte offset of the current instruction in the code's bytecode;
+                          // kBeforeStart when the frame has not started yet
+  uint8_t flags;          // FrameFlags
+  uint8_t reserved[3];
+};
+inline constexpr uint32_t kBeforeStart = UINT32_MAX;
+
+enum SampleFlags : uint8_t {
+  kSampleHasPython = 1,  // the thread has a Python thread state
+  kSampleGilHeld = 2,    // the thread held the GIL when interrupted
+  kSampleWalkFailed = 4, // the frame chain was inconsistent (a read failed or a check did not hold)
+};
+
+struct Interpreter {
+  bool present = false;       // a CPython runtime is in the process
+  bool supported = false;     // and mlprof can read its frames
+  uint32_t version_hex = 0;   // PY_VERSION_HEX, e.g. 0x030b07f0
+  std::string description;    // "CPython 3.11.7" or why it is not supported
+};
+
+// Not signal-safe. Detects the interpreter (symbols resolved with dlsym, PLT entries bound,
+// layout chosen). Called at start and when modules change (Python embedded via dlopen).
+// Idempotent once an interpreter was found.
+const Interpreter& detect();
+
+// signal-safe. Walks the calling thread's Python frames, innermost first, into out[0..max).
+// Returns the count; *sample_flags gets SampleFlags. Every read of interpreter memory is
+// fault-tolerant (a bad pointer ends the walk with kSampleWalkFailed, never a crash).
+int walk(RawPyFrame* out, int max, uint8_t* sample_flags);
+
+struct CodeInfo {
+  std::string filename;
+  std::string qualname;   // co_qualname (3.11+), else co_name
+  uint32_t firstlineno = 0;
+  std::string linetable;  // raw bytes of co_lnotab / co_linetable
+  TableFormat format = TableFormat::kLnotab;
+};
+
+// Not signal-safe (the writer thread). Reads a code object with fault-tolerant reads; false if
+// `code` is not (or no longer) a code object.
+bool read_code(uint64_t code, CodeInfo* out);
+
+}  // namespace mlprof::preload::python
