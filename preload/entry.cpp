@@ -193,11 +193,17 @@ void after_dlclose() {
 void before_exec() {
   if (!g_active || !in_original_process()) return;
   g_sampler.sampling.store(false, std::memory_order_release);
+  // Every sampling clock must be stopped before the exec: a tick during or after it would leave
+  // a sampling signal pending for the new image, whose default action for it is to terminate.
+  // A signal already pending is delivered to our handler when stopping returns to user space.
+  g_threads.stop_all_timers();
   g_writer->finish(wire::EndReason::kExec, -1);
 }
 
 void after_exec_failed() {
   if (!g_active || !in_original_process()) return;
+  // The exec failed and we go on: this thread gets a clock again (other threads stay unsampled).
+  g_threads.restart_current_timer(g_cfg.signo, g_period_ns);
   if (g_writer->restart(clock_ns(CLOCK_REALTIME), clock_ns(CLOCK_MONOTONIC)))
     g_sampler.sampling.store(true, std::memory_order_release);
 }

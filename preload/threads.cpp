@@ -120,6 +120,15 @@ void ThreadRegistry::stop_all_timers() {
   }
 }
 
+void ThreadRegistry::restart_current_timer(int signo, int64_t period_ns) {
+  ThreadSlot* s = t_slot;
+  if (!s) return;
+  int saved_errno = errno;
+  timer_stop(s->timer);
+  if (!timer_start(s->timer, source_, s->tid, signo, period_ns)) timer_failures.fetch_add(1, std::memory_order_relaxed);
+  errno = saved_errno;
+}
+
 void ThreadRegistry::reset_after_fork(int signo, int64_t period_ns, int64_t now_ns) {
   ThreadSlot* mine = t_slot;
   uint32_t hw = high_water();

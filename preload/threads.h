@@ -58,6 +58,8 @@ class ThreadRegistry {
   void release(ThreadSlot* slot);
   // Stops every thread's timer (exit, detach). Signals already queued are dropped by the handler.
   void stop_all_timers();
+  // Gives the calling thread a new clock (after a failed exec stopped them all).
+  void restart_current_timer(int signo, int64_t period_ns);
   // In a fork child: only the forking thread survives. Frees every other slot without touching
   // their (inherited, never again written) rings, and re-arms the current thread's timer.
   void reset_after_fork(int signo, int64_t period_ns, int64_t now_ns);

@@ -39,8 +39,8 @@ Result<Profile> decode_profile(const uint8_t* data, size_t size, const std::stri
 // and that per-metric vectors have one value per metric. The message names the section/table.
 Status validate_profile(const Profile&);
 
-// Validates, encodes and writes atomically: path.tmp.<pid>, fsync, rename over path, fsync of
-// the directory. On failure the temporary file is removed and `path` is left untouched.
+// Validates, encodes and writes atomically: path.tmp.<pid>, then rename over path (no fsync; see
+// the .cpp). On failure the temporary file is removed and `path` is left untouched.
 Status write_profile(const Profile&, const std::string& path);
 
 // Reads and decodes the file at path; errors name the path.

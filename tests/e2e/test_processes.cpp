@@ -69,6 +69,15 @@ TEST(Processes, ForkedAndExecedChildrenAreTheirOwnProcesses) {
   EXPECT_EQ(process_function_total(p, 2, "child_hot"), 0);
 }
 
+TEST(Processes, ForkThenExecNeverDiesOfTheSamplingSignal) {
+  // Each child is sampled (its own clock starts at fork) and burns CPU, then execs /bin/true: a
+  // tick pending at exec would kill the new image (default action of a real-time signal).
+  Profiled run = profile_run({fixture("fixture_fork_exec"), "spawn", "100"}, {"--rate", "1000"});
+  ASSERT_TRUE(run.ok);
+  EXPECT_EQ(run.result.out, "spawned 100, failed 0\n");
+  EXPECT_EQ(run.result.exit_code, 0);
+}
+
 TEST(Processes, DlopenedLibraryIsSymbolizedAfterDlclose) {
   Profiled run = profile_run({fixture("fixture_dlopen"), "3000", fixture("libfixture_plugin.so")});
   ASSERT_TRUE(run.ok);
