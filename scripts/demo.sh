@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The README's first command: install dependencies, build, and profile the bundled example
-# (a small native inference server) into out/example.mlprof and out/example.html.
+# The README's first command: install dependencies, build, and profile the bundled examples:
+# a Python model server (numpy) into out/example.html, a native one into out/native.html.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
 mkdir -p "$root/out"
 "$root/build/bin/mlprof-run" -o "$root/out/example.mlprof" --html "$root/out/example.html" -- \
+  /usr/bin/python3 "$root/examples/serve.py" 150
+"$root/build/bin/mlprof-run" -q -o "$root/out/native.mlprof" --html "$root/out/native.html" -- \
   "$root/build/bin/native_inference" 600 2
 echo
-echo "Open $root/out/example.html in a browser, or: $root/build/bin/mlprof report $root/out/example.mlprof"
+echo "Open $root/out/example.html (Python server) or $root/out/native.html (native server) in a browser,"
+echo "or: $root/build/bin/mlprof report $root/out/example.mlprof"

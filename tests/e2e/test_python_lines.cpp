@@ -1,0 +1,93 @@
+// Python line numbers and processes against ground truth: tests/fixtures/python/lines.py burns on
+// one marked line in each kind of code (multi-line statement, decorator, comprehension,
+// generator, async, zip import, exec); multiproc.py burns in multiprocessing children.
+#include <map>
+#include <set>
+
+#include "e2e_util.h"
+#include "python_util.h"
+
+namespace {
+
+using namespace e2e;
+
+const std::string kDir = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/";
+
+// CPU per (file, line) where the line is the innermost Python line.
+std::map<std::pair<std::string, uint32_t>, int64_t> python_lines(const profile::Profile& p) {
+  std::map<std::pair<std::string, uint32_t>, int64_t> out;
+  for (auto& l : p.lines) out[{p.str(l.file), l.line}] += l.self.at(cpu(p));
+  return out;
+}
+
+class PythonLines : public ::testing::TestWithParam<Interpreter> {};
+
+TEST_P(PythonLines, EachKindOfCodeGetsItsExactLine) {
+  const double seconds = 0.3;
+  Profiled run = profile_run({GetParam().path, kDir + "lines.py", std::to_string(seconds)});
+  ASSERT_TRUE(run.ok);
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.err;
+  auto lines = python_lines(run.profile);
+  const int64_t expect_us = static_cast<int64_t>(seconds * 1e6);
+  for (const char* name : {"multi", "decorated", "comprehension", "generator", "async"}) {
+    uint32_t line = marker_line(kDir + "lines.py", std::string("# L:") + name);
+    EXPECT_GE((lines[{kDir + "lines.py", line}]), expect_us * 3 / 10) << name << " at line " << line;
+  }
+  // The zip module: lines.py prints its __file__ (inside the zip); the marker is its line 4.
+  std::string zip_file = run.result.out.substr(run.result.out.find("zip:") + 4);
+  zip_file.erase(zip_file.find_last_not_of("\n") + 1);
+  EXPECT_GE((lines[{zip_file, 4}]), expect_us * 3 / 10) << zip_file;
+  // exec() of source compiled as "<generated>": the marker is its line 3.
+  EXPECT_GE((lines[{"<generated>", 3}]), expect_us * 3 / 10);
+}
+
+std::vector<Interpreter> supported() {
+  std::vector<Interpreter> v;
+  for (auto& p : interpreters())
+    if (mlprof_supports(p)) v.push_back(p);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Interpreters, PythonLines, ::testing::ValuesIn(supported()),
+                         [](const ::testing::TestParamInfo<Interpreter>& i) { return i.param.name(); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonLines);
+
+class PythonMultiprocessing : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PythonMultiprocessing, ChildrenAreTheirOwnProcessesWithTheirOwnLines) {
+  const Interpreter* py = nullptr;
+  for (auto& p : interpreters())
+    if (mlprof_supports(p) && (!py || p.minor > py->minor)) py = &p;
+  if (!py) GTEST_SKIP() << "no supported Python interpreter found";
+  Profiled run = profile_run({py->path, kDir + "multiproc.py", GetParam(), "0.4"});
+  ASSERT_TRUE(run.ok);
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.err;
+  EXPECT_EQ(run.result.out, "exit codes [0, 0]\n");
+  const auto& p = run.profile;
+  uint32_t child_line = marker_line(kDir + "multiproc.py", "# CHILD-LINE");
+  uint32_t parent_line = marker_line(kDir + "multiproc.py", "# PARENT-LINE");
+  std::map<uint32_t, int64_t> child_by_process, parent_by_process;  // process index -> cpu
+  for (auto& sv : p.stack_values) {
+    for (uint32_t f : p.stacks[sv.stack].frames) {
+      const auto& fr = p.frames[f];
+      if (fr.kind != profile::FrameKind::kPython || p.str(fr.file) != kDir + "multiproc.py") continue;
+      uint32_t proc = p.threads[sv.thread].process;
+      if (fr.line == child_line) child_by_process[proc] += sv.values[cpu(p)];
+      if (fr.line == parent_line) parent_by_process[proc] += sv.values[cpu(p)];
+      if (fr.line == child_line || fr.line == parent_line) break;
+    }
+  }
+  // Two children, each its own process with about 0.4 s of CPU on its line; the parent's line in
+  // one other process.
+  ASSERT_EQ(child_by_process.size(), 2u) << GetParam();
+  for (auto& [proc, us] : child_by_process) {
+    EXPECT_GE(us, 200000) << "child process " << p.processes[proc].pid;
+    EXPECT_FALSE(parent_by_process.count(proc)) << "parent's line in a child";
+  }
+  ASSERT_EQ(parent_by_process.size(), 1u);
+  EXPECT_GE(parent_by_process.begin()->second, 200000);
+}
+
+INSTANTIATE_TEST_SUITE_P(StartMethods, PythonMultiprocessing, ::testing::Values("fork", "spawn", "forkserver"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+}  // namespace
