@@ -3,6 +3,7 @@
 
 #include "report/format.h"
 #include "report/html.h"
+#include "report/source.h"
 
 namespace mlprof::report {
 
@@ -72,11 +73,16 @@ json report_data(const Profile& prof) {
                    {"total", per_metric(prof, f.total)}});
   }
   json& lines = d["lines"] = json::array();
+  SourceCache sources;
+  size_t with_source = 0;
+  constexpr size_t kMaxSourceLines = 2000;  // the hottest lines carry their text; the rest do not
   for (size_t i : detail::lines_by_self(prof, sort_metric)) {
     const auto& l = prof.lines[i];
-    lines.push_back({{"file", prof.str(l.file)},
+    const std::string& file = prof.str(l.file);
+    lines.push_back({{"file", file},
                      {"line", l.line},
                      {"function", prof.str(l.function)},
+                     {"source", with_source++ < kMaxSourceLines ? sources.line(file, l.line) : std::string()},
                      {"self", per_metric(prof, l.self)},
                      {"total", per_metric(prof, l.total)}});
   }

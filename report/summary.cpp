@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "report/format.h"
 #include "report/report.h"
+#include "report/source.h"
 
 namespace mlprof::report {
 
@@ -154,6 +156,38 @@ std::string lines(const Profile& prof, const Style& st, uint32_t m, int64_t gran
   return out + t.render(st) + more_line(n, order.size(), "lines");
 }
 
+// Python lines with where their time went: the interpreter, native code, or system calls
+// (percent of the line's own self time), and the line's source text when it can be read.
+std::string python_lines(const Profile& prof, const Style& st, uint32_t m, int64_t grand, size_t top) {
+  uint32_t mi = prof.metric("cpu-interpreter"), mn = prof.metric("cpu-native"), ms = prof.metric("cpu-system");
+  std::set<std::pair<uint32_t, uint32_t>> py;
+  for (const auto& f : prof.frames)
+    if (f.kind == profile::FrameKind::kPython && f.line > 0) py.insert({f.file, f.line});
+  if (py.empty() || mi == profile::kNone || mn == profile::kNone || ms == profile::kNone) return "";
+  const auto& md = prof.metrics[m];
+  std::string out = "\n" + st.bold(fmt::format("Top Python lines by self {}:", clean(md.name))) + "\n";
+  Table t{{{"self", true}, {"self%", true}, {"interp", true}, {"native", true}, {"system", true},
+           {"line"}, {"source", false, "2"}}, {}};
+  SourceCache sources;
+  size_t shown = 0, total = 0;
+  for (size_t i : detail::lines_by_self(prof, m)) {
+    const auto& l = prof.lines[i];
+    if (!py.count({l.file, l.line})) continue;
+    ++total;
+    if (shown >= top) continue;
+    int64_t self = detail::at(l.self, m);
+    if (self == 0) continue;
+    ++shown;
+    const std::string& file = prof.str(l.file);
+    t.rows.push_back({detail::format_value(self, md.unit), detail::format_percent(self, grand),
+                      detail::format_percent(detail::at(l.self, mi), self),
+                      detail::format_percent(detail::at(l.self, mn), self),
+                      detail::format_percent(detail::at(l.self, ms), self),
+                      clean(fmt::format("{}:{}", file, l.line)), clean(sources.line(file, l.line), kMaxName)});
+  }
+  return out + t.render(st) + more_line(shown, total, "Python lines");
+}
+
 std::string processes(const Profile& prof, const Style& st, uint32_t m, size_t top) {
   if (prof.processes.empty()) return "";
   std::string out = "\n" + st.bold(fmt::format("Processes ({}):", prof.processes.size())) + "\n";
@@ -225,6 +259,7 @@ std::string text_summary(const Profile& prof, const SummaryOptions& opt) {
                              clean(detail::metric_names(prof)));
   } else {
     out += functions(prof, st, m, grand, opt.top);
+    out += python_lines(prof, st, m, grand, opt.top);
     out += lines(prof, st, m, grand, opt.top);
   }
   out += processes(prof, st, m, opt.top);

@@ -192,6 +192,20 @@
     return { key: f, text: function (r) { const v = f(r); return v === null || v === undefined ? "-" : String(v); } };
   }
 
+  // Where a line's own time went (Python profiles): shares of its self time in the interpreter,
+  // in native code and in system calls, when the profile has those metrics.
+  function splitColumns() {
+    const names = data.metrics.map(function (m) { return m.name; });
+    const cpu = names.indexOf("cpu");
+    const parts = [["interp %", "cpu-interpreter"], ["native %", "cpu-native"], ["system %", "cpu-system"]];
+    if (cpu < 0 || parts.some(function (p) { return names.indexOf(p[1]) < 0; })) return [];
+    return parts.map(function (p) {
+      const k = names.indexOf(p[1]);
+      const share = function (r) { return percent(r.self[k], r.self[cpu]); };
+      return { title: p[0], cls: "num", key: share, text: function (r) { return formatPercent(share(r)); } };
+    });
+  }
+
   function selfOf(r) { return at(r.self); }
   function totalOf(r) { return at(r.total); }
 
@@ -215,7 +229,9 @@
       const cols = [
         column("line", "loc", text(function (r) { return (r.file || "?") + ":" + r.line; })),
         column("function", "name", text(function (r) { return r.function || "[unknown]"; })),
-      ].concat(valueColumns(selfOf, totalOf));
+      ].concat(valueColumns(selfOf, totalOf), splitColumns(), [
+        column("source", "src", text(function (r) { return r.source || ""; })),
+      ]);
       return new SortableTable(document.getElementById("lines-table"), cols, data.lines, tableState.lines);
     },
     processes: function () {

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include "profile/aggregate.h"
 #include "report/html.h"
 #include "report/report.h"
 
@@ -175,4 +178,28 @@ TEST(ReportHtml, EscapeHelpers) {
   EXPECT_EQ(mlprof::report::html_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
   EXPECT_EQ(mlprof::report::json_for_script(nlohmann::json("</script>\xE2\x80\xA9")),
             "\"\\u003c/script\\u003e\\u2029\"");
+}
+
+// Source text read from disk is data from the profiled program too: it is embedded escaped.
+TEST(ReportHtml, SourceTextFromDiskIsEscaped) {
+  std::string path = ::testing::TempDir() + "/mlprof_hostile_src.py";
+  {
+    std::ofstream f(path);
+    f << "x = '</script><img src=x onerror=alert(1)>'\n";
+  }
+  mlprof::profile::Profile p;
+  p.metrics = {{"cpu", "us"}};
+  p.strings = {"", path, "<module>"};
+  p.frames = {mlprof::profile::Frame{2, 1, 1, 0, 0, mlprof::profile::FrameKind::kPython, false}};
+  p.stacks = {{{0}, false}};
+  p.processes = {mlprof::profile::Process{}};
+  p.threads = {{0, 1, "main", 0, 0}};
+  p.stack_values = {{0, 0, {100}}};
+  mlprof::profile::compute_aggregates(p);
+  std::string html = html_report(p);
+  EXPECT_EQ(html.find("<img src=x"), std::string::npos);
+  auto d = nlohmann::json::parse(embedded_json(html));
+  ASSERT_EQ(d["lines"].size(), 1u);
+  EXPECT_EQ(d["lines"][0]["source"], "x = '</script><img src=x onerror=alert(1)>'");
+  unlink(path.c_str());
 }

@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <fstream>
 #include <sstream>
 #include <vector>
 
+#include "profile/aggregate.h"
 #include "report/report.h"
 
 namespace mlprof::report_test {
@@ -147,4 +151,42 @@ TEST(ReportSummary, EmptyProfile) {
   std::string s = text_summary(p, {});
   EXPECT_TRUE(has(s, "No metrics in this profile.")) << s;
   EXPECT_TRUE(has(s, "0 taken, 0 dropped")) << s;
+}
+
+// Python lines: the section shows each line's interpreter / native / system shares of its self
+// time and the line's source text read from disk.
+TEST(ReportSummaryPython, PythonLinesShowTheSplitAndTheSource) {
+  using namespace mlprof::profile;
+  std::string path = ::testing::TempDir() + "/mlprof_summary_src.py";
+  {
+    std::ofstream f(path);
+    f << "import numpy\n"
+         "x = sum(i * i for i in range(10))   \n"  // line 2, trailing blanks are trimmed
+         "y = numpy.dot(a, b)\n";                  // line 3
+  }
+  Profile p;
+  p.metrics = {{"cpu", "us"}, {"cpu-interpreter", "us"}, {"cpu-native", "us"}, {"cpu-system", "us"}};
+  p.strings = {"", path, "<module>", "libpython.so", "PyNumber_Add", "dgemm_", "libblas.so"};
+  p.frames = {Frame{4, 0, 0, 3, 0, FrameKind::kNative, false},   // 0 interpreter leaf
+              Frame{2, 1, 2, 0, 0, FrameKind::kPython, false},   // 1 line 2
+              Frame{5, 0, 0, 6, 0, FrameKind::kNative, false},   // 2 BLAS leaf
+              Frame{2, 1, 3, 0, 0, FrameKind::kPython, false}};  // 3 line 3
+  p.stacks = {{{0, 1}, false}, {{2, 3}, false}};
+  p.processes = {Process{}};
+  p.threads = {{0, 1, "main", 0, 0}};
+  p.stack_values = {{0, 0, {300, 300, 0, 0}}, {0, 1, {700, 0, 600, 100}}};
+  compute_aggregates(p);
+  std::string out = mlprof::report::text_summary(p, {});
+  size_t sec = out.find("Top Python lines by self cpu:");
+  ASSERT_NE(sec, std::string::npos) << out;
+  std::string section = out.substr(sec, out.find("Top source lines") - sec);
+  // line 3: 700 us, 0% interpreter, 85.7% native, 14.3% system; line 2: all interpreter.
+  EXPECT_NE(section.find("0.0%   85.7%   14.3%  " + path + ":3  y = numpy.dot(a, b)"), std::string::npos) << section;
+  EXPECT_NE(section.find("100.0%    0.0%    0.0%  " + path + ":2  x = sum(i * i for i in range(10))\n"), std::string::npos)
+      << section;
+  EXPECT_LT(section.find(":3 "), section.find(":2 "));  // hottest first
+  // Native-only profiles have no such section.
+  for (auto& f : p.frames) f.kind = FrameKind::kNative;
+  EXPECT_EQ(mlprof::report::text_summary(p, {}).find("Top Python lines"), std::string::npos);
+  unlink(path.c_str());
 }
