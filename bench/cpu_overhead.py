@@ -30,6 +30,11 @@ WORKLOADS = {  # name: (path relative to the build dir, full-size args, --quick 
     "cpu_ratio": ("fixtures/fixture_cpu_ratio", ["1000", "25"], ["1000", "3"]),
     "native_inference": ("bin/native_inference", ["300", "2"], ["40", "2"]),
     "threads": ("fixtures/fixture_threads", ["1500"], ["200"]),
+    # Python (Debian's interpreter, numpy from apt); absolute paths are used as they are.
+    "py_pure": ("/usr/bin/python3", [os.path.join(ROOT, "bench", "py_pure.py"), "8000000"],
+                [os.path.join(ROOT, "bench", "py_pure.py"), "800000"]),
+    "py_numpy": ("/usr/bin/python3", [os.path.join(ROOT, "examples", "serve.py"), "120"],
+                 [os.path.join(ROOT, "examples", "serve.py"), "15"]),
 }
 WRAPPER_C = r"""
 #include <stdio.h>
