@@ -1,6 +1,7 @@
 // Builds wire records (common/wire_format.h) into the writer's output buffer. Writer thread only.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -16,7 +17,7 @@ class Encoder {
 
   void header() {
     const uint8_t h[wire::kHeaderSize] = {'M', 'L', 'P', 'W', wire::kMajor, wire::kMinor, 0, 0};
-    out_.insert(out_.end(), h, h + sizeof h);
+    append(out_, h, sizeof h);
   }
   // Starts a record; fields follow with u()/s()/str(); end() writes type and length in front.
   void begin(wire::Record type) {
@@ -25,21 +26,30 @@ class Encoder {
   }
   void u(uint64_t v) {
     uint8_t b[varint::kMaxBytes];
-    payload_.insert(payload_.end(), b, b + varint::encode(v, b));
+    append(payload_, b, varint::encode(v, b));
   }
   void s(int64_t v) { u(varint::zigzag(v)); }
   void str(std::string_view v) {
     u(v.size());
-    payload_.insert(payload_.end(), v.begin(), v.end());
+    append(payload_, v.data(), v.size());
   }
   void end() {
     out_.push_back(static_cast<uint8_t>(type_));
     uint8_t b[varint::kMaxBytes];
-    out_.insert(out_.end(), b, b + varint::encode(payload_.size(), b));
-    out_.insert(out_.end(), payload_.begin(), payload_.end());
+    append(out_, b, varint::encode(payload_.size(), b));
+    append(out_, payload_.data(), payload_.size());
   }
 
  private:
+  // resize + memcpy rather than vector::insert from a small array, which GCC 12 misreports as an
+  // out-of-bounds write (-Warray-bounds / -Wstringop-overflow false positive).
+  static void append(std::vector<uint8_t>& v, const void* data, size_t n) {
+    if (n == 0) return;
+    size_t at = v.size();
+    v.resize(at + n);
+    memcpy(v.data() + at, data, n);
+  }
+
   wire::Record type_{};
   std::vector<uint8_t> payload_;
   std::vector<uint8_t> out_;

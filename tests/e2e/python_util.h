@@ -89,4 +89,11 @@ inline const std::vector<Interpreter>& interpreters() {
 
 inline bool mlprof_supports(const Interpreter& p) { return p.major == 3 && p.minor >= 8 && p.minor <= 13; }
 
+inline std::vector<Interpreter> supported_interpreters() {
+  std::vector<Interpreter> v;
+  for (auto& p : interpreters())
+    if (mlprof_supports(p)) v.push_back(p);
+  return v;
+}
+
 }  // namespace e2e

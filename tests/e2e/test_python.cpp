@@ -92,27 +92,21 @@ TEST_P(PythonSplit, LinesCarryTheirOwnKindOfTime) {
   EXPECT_LE(failures * 100, py_samples) << failures << " merge failures of " << py_samples;
 }
 
-std::vector<Interpreter> supported() {
-  std::vector<Interpreter> v;
-  for (auto& p : interpreters())
-    if (mlprof_supports(p)) v.push_back(p);
-  return v;
-}
 
-INSTANTIATE_TEST_SUITE_P(Interpreters, PythonSplit, ::testing::ValuesIn(supported()),
+INSTANTIATE_TEST_SUITE_P(Interpreters, PythonSplit, ::testing::ValuesIn(supported_interpreters()),
                          [](const ::testing::TestParamInfo<Interpreter>& i) { return i.param.name(); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonSplit);
 
 TEST(PythonInterpreters, AllSevenExpectedInterpretersAreFound) {
   // On the project's machines pyenv provides 3.8-3.13 and Debian provides its own 3.11.
   std::set<std::string> minors;
-  for (auto& p : supported()) minors.insert(std::to_string(p.major) + "." + std::to_string(p.minor));
+  for (auto& p : supported_interpreters()) minors.insert(std::to_string(p.major) + "." + std::to_string(p.minor));
   std::string found;
   for (auto& p : interpreters()) found += " " + p.path + " (" + p.version + ")";
   if (minors.empty()) GTEST_SKIP() << "no supported Python interpreter found; looked on PATH, in pyenv and /usr/bin";
   for (const char* v : {"3.8", "3.9", "3.10", "3.11", "3.12", "3.13"})
     if (!minors.count(v)) std::cerr << "note: CPython " << v << " not found (found:" << found << ")\n";
-  EXPECT_GE(supported().size(), 1u);
+  EXPECT_GE(supported_interpreters().size(), 1u);
 }
 
 TEST(PythonInterpreters, UnsupportedVersionIsSaidOnceAndNativeProfilingGoesOn) {

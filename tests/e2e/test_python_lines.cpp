@@ -41,13 +41,7 @@ TEST_P(PythonLines, EachKindOfCodeGetsItsExactLine) {
   EXPECT_GE((lines[{"<generated>", 3}]), expect_us * 3 / 10);
 }
 
-std::vector<Interpreter> supported() {
-  std::vector<Interpreter> v;
-  for (auto& p : interpreters())
-    if (mlprof_supports(p)) v.push_back(p);
-  return v;
-}
-INSTANTIATE_TEST_SUITE_P(Interpreters, PythonLines, ::testing::ValuesIn(supported()),
+INSTANTIATE_TEST_SUITE_P(Interpreters, PythonLines, ::testing::ValuesIn(supported_interpreters()),
                          [](const ::testing::TestParamInfo<Interpreter>& i) { return i.param.name(); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonLines);
 
