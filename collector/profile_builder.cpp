@@ -40,12 +40,19 @@ const char* counter_name(wire::Counter c) {
     case wire::Counter::kTimerFailures: return "timer_failures";
     case wire::Counter::kPerfThreads: return "perf_threads";
     case wire::Counter::kPosixTimerThreads: return "posix_timer_threads";
+    case wire::Counter::kWaitSamples: return "wait_samples";
+    case wire::Counter::kWallUnwinds: return "wall_unwinds";
+    default: break;
   }
   return nullptr;
 }
 
-// Metric columns, in this order (docs/profile-format.md: metric names).
-enum Metric : uint32_t { kCpu = 0, kCpuInterpreter = 1, kCpuNative = 2, kCpuSystem = 3, kMetricCount = 4 };
+// Metric columns, in this order (docs/profile-format.md: metric names). Wall mode appends wall and
+// wait, so the CPU metrics keep their indexes; CPU-mode profiles have only the first four.
+enum Metric : uint32_t {
+  kCpu = 0, kCpuInterpreter = 1, kCpuNative = 2, kCpuSystem = 3, kCpuMetricCount = 4,
+  kWall = 4, kWait = 5, kWallMetricCount = 6
+};
 
 // Where a sample's CPU went, decided by the frames between its leaf and the innermost eval loop.
 enum class CpuClass : uint8_t { kInterpreter, kNative, kSystem };
@@ -71,6 +78,7 @@ struct SymbolizedStack {
   bool python = false;  // the stack has Python frames
   bool eval_transition = false;    // merged with the innermost eval invocation as interpreter frames
   bool unwind_incomplete = false;  // the native stack ended early
+  bool wait = false;               // an off-CPU wait stack (wall mode): no CPU classification
 };
 
 struct FrameKeyHash {
@@ -90,7 +98,8 @@ struct StackKeyHash {
 
 class Builder {
  public:
-  Builder(Profile& p, const BuildOptions& opts) : p_(p), strings_(p.strings), sym_(opts.extra_debug_dirs) {}
+  Builder(Profile& p, const BuildOptions& opts, bool wall)
+      : p_(p), strings_(p.strings), sym_(opts.extra_debug_dirs), wall_(wall) {}
 
   void add_process(ProcessStream& s) {
     profile::Process proc;
@@ -136,16 +145,28 @@ class Builder {
     // Samples -> per (thread, stack) values per metric, and time-ordered events.
     std::map<std::pair<uint32_t, uint32_t>, std::vector<int64_t>> ns;
     uint64_t merge_failed = 0, python_samples = 0, transitions = 0, unmergeable = 0;
+    // Wall mode: a wait sample weighs wall ticks (the stream's wall period); CPU samples count as
+    // wall time too. A wait sample in a CPU-mode profile has no column: it is skipped.
+    const int64_t wall_period = s.wall_period_ns > 0 ? s.wall_period_ns : s.period_ns;
     for (auto& smp : s.samples) {
       auto it = stack_map.find(smp.stack);
       if (it == stack_map.end()) continue;  // stack record lost (stream cut): nothing to attribute
       const SymbolizedStack& st = it->second;
+      if (st.wait && !wall_) continue;
       uint32_t thread = thread_map[smp.thread];
       auto& v = ns[{thread, st.stack}];
-      if (v.empty()) v.assign(kMetricCount, 0);
+      if (v.empty()) v.assign(wall_ ? kWallMetricCount : kCpuMetricCount, 0);
+      if (st.wait) {
+        int64_t t = static_cast<int64_t>(smp.weight) * wall_period;
+        v[kWait] += t;
+        v[kWall] += t;
+        p_.samples.push_back({thread, st.stack, smp.t_ns, smp.weight});
+        continue;
+      }
       int64_t t = static_cast<int64_t>(smp.weight) * s.period_ns;
       v[kCpu] += t;
       v[st.cls == CpuClass::kInterpreter ? kCpuInterpreter : st.cls == CpuClass::kNative ? kCpuNative : kCpuSystem] += t;
+      if (wall_) v[kWall] += t;
       if (st.python) {
         ++python_samples;
         if (st.merge_failed && st.unwind_incomplete)
@@ -263,6 +284,7 @@ class Builder {
   SymbolizedStack symbolize_stack(const ProcessStream& s, const std::vector<int>& handles, const RawStack& st) {
     SymbolizedStack out;
     out.python = !st.py.empty();
+    out.wait = (st.flags & wire::kStackOffCpuWait) != 0;
     // Native frames: the inline chain of each pc, whether it runs the eval loop, its module.
     std::vector<std::vector<uint32_t>> native(st.pcs.size());
     std::vector<bool> is_eval(st.pcs.size());
@@ -305,7 +327,9 @@ class Builder {
     // Interpreter, native or system: system when interrupted at a syscall; interpreter when
     // every native frame between the leaf and the innermost eval loop is the interpreter's own
     // (or the C runtime it calls); native otherwise (extensions, BLAS, any library).
-    if (st.flags & wire::kStackInSyscall) {
+    if (out.wait) {
+      // Off-CPU: interpreter / native / system do not apply (wait samples add to wait and wall only).
+    } else if (st.flags & wire::kStackInSyscall) {
       out.cls = CpuClass::kSystem;
     } else if (!st.py.empty()) {
       size_t first_eval = std::find(is_eval.begin(), is_eval.end(), true) - is_eval.begin();
@@ -338,6 +362,7 @@ class Builder {
   std::unordered_map<std::vector<uint32_t>, uint32_t, StackKeyHash> stacks_;
   std::string python_seen_;
   uint64_t merge_failed_ = 0, python_samples_ = 0;
+  bool wall_ = false;
 };
 
 void link_processes(Profile& p, const std::vector<ProcessStream>& streams) {
@@ -368,6 +393,14 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
   Profile p;
   p.run = run;
   p.metrics = {{"cpu", "us"}, {"cpu-interpreter", "us"}, {"cpu-native", "us"}, {"cpu-system", "us"}};
+  // Wall mode: asked for by the run (mlprof-run --mode wall) or told by any stream (event files).
+  bool wall = run.mode == "wall";
+  for (auto& s : streams) wall = wall || (s.flags & wire::kProcessWallMode) != 0;
+  if (wall) {
+    p.run.mode = "wall";
+    p.metrics.push_back({"wall", "us"});  // kWall = 4
+    p.metrics.push_back({"wait", "us"});  // kWait = 5
+  }
   // The clock that sampled: the main threads' (every process tells in its start record).
   bool any_perf = false, any_timer = false;
   for (auto& s : streams) (s.timer_kind == static_cast<uint8_t>(wire::TimerKind::kPerfTaskClock) ? any_perf : any_timer) = true;
@@ -377,7 +410,7 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
   std::sort(streams.begin(), streams.end(),
             [](const ProcessStream& a, const ProcessStream& b) { return a.start_mono_ns < b.start_mono_ns; });
   {
-    Builder b(p, opts);
+    Builder b(p, opts, wall);
     for (auto& s : streams) b.add_process(s);
     b.finish();
   }

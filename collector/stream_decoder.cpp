@@ -99,6 +99,8 @@ bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
       uint64_t argc = r.u();
       for (uint64_t i = 0; i < argc && !r.bad; ++i) s_.argv.push_back(str());
       s_.flags = r.u();
+      // Wall mode appends its tick; a stream without it weighs wait samples by period_ns.
+      if ((s_.flags & wire::kProcessWallMode) && r.left() > 0) s_.wall_period_ns = static_cast<int64_t>(r.u());
       s_.started = true;
       last_sample_ns_ = s_.start_mono_ns;
       break;

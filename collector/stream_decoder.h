@@ -68,7 +68,8 @@ struct ProcessStream {
   uint8_t timer_kind = 0;
   std::string exe;
   std::vector<std::string> argv;
-  uint64_t flags = 0;
+  uint64_t flags = 0;             // wire::ProcessFlags
+  int64_t wall_period_ns = 0;     // wall mode (flags & kProcessWallMode): the wall tick; 0 if not sent
   std::vector<RawModule> modules;
   std::unordered_map<uint64_t, RawStack> stacks;
   PythonInfo python;

@@ -20,7 +20,7 @@ inline constexpr unsigned kHeaderSize = 8;
 
 enum class Record : uint8_t {
   // pid, ppid, start_realtime_ns, start_mono_ns, period_ns, timer_kind, exe (str),
-  // argc, argv[argc] (str), flags
+  // argc, argv[argc] (str), flags (ProcessFlags), wall_period_ns (optional: wall mode's tick)
   kProcessStart = 1,
   // module_id, load_bias, path (str), build_id (str, raw bytes, may be empty),
   // nranges, {start, end}[nranges]  (absolute addresses of executable PT_LOAD segments)
@@ -75,6 +75,14 @@ enum StackFlags : uint8_t {
   kStackGilHeld = 16,    // the thread held the Python GIL
   kStackPyWalkFailed = 32,  // the Python frame chain could not be read completely
   kStackHasPython = 64,  // the thread has a Python thread state (its Python frames follow)
+  kStackOffCpuWait = 128,  // wall mode: the thread was blocked (off CPU) where this stack shows;
+                           // its SAMPLEs weigh wall periods (wall_period_ns), not CPU ticks
+};
+
+// PROCESS_START flags.
+enum ProcessFlags : uint64_t {
+  kProcessOffline = 1,  // the stream was written to a file (MLPROF_OUTPUT_DIR)
+  kProcessWallMode = 2, // wall-clock mode: off-CPU wait samples (kStackOffCpuWait) are sent too
 };
 
 enum class Counter : uint8_t {
@@ -92,6 +100,8 @@ enum class Counter : uint8_t {
   kPosixTimerThreads = 12,  // threads sampled by a POSIX CPU-time timer
   kPyWalkFailed = 13,    // samples whose Python frames could not all be read
   kPyCodes = 14,         // distinct code objects sent
+  kWaitSamples = 15,     // wall mode: off-CPU wait samples sent
+  kWallUnwinds = 16,     // wall mode: blocked stacks unwound (the others reused the previous tick's)
 };
 
 // Commands from the collector to the preload, one byte each on the same socket.

@@ -23,10 +23,10 @@ bool parse_uint(const char* s, unsigned long lo, unsigned long hi, unsigned long
 }  // namespace
 
 void load_config(Config& cfg, void (*report)(const char* msg)) {
-  static char buf[4][768];
+  static char buf[6][768];
   int nbuf = 0;
   auto complain = [&](const char* fmt, const char* name, const char* value) {
-    if (nbuf >= 4) return;
+    if (nbuf >= 6) return;
     snprintf(buf[nbuf], sizeof buf[nbuf], fmt, name, value);
     report(buf[nbuf++]);
   };
@@ -80,6 +80,15 @@ void load_config(Config& cfg, void (*report)(const char* msg)) {
       cfg.timer = TimerSource::kThreadCpuTimer;
     else
       complain("%s=%s is not a timer source (perf or timer); using perf", "MLPROF_TIMER", tm);
+  }
+
+  if (const char* mode = getenv("MLPROF_MODE")) {
+    if (strcmp(mode, "cpu") == 0)
+      cfg.mode = ProfileMode::kCpu;
+    else if (strcmp(mode, "wall") == 0)
+      cfg.mode = ProfileMode::kWall;
+    else
+      complain("%s=%s is not a profiling mode (cpu or wall); using cpu", "MLPROF_MODE", mode);
   }
 
   if (const char* unw = getenv("MLPROF_UNWINDER")) {

@@ -8,6 +8,8 @@
 namespace mlprof::preload {
 
 enum class UnwinderKind : uint8_t { kCfi, kLibunwind };
+// cpu: CPU-time sampling only. wall: also off-CPU waits of blocked threads (preload/wall_sampler.h).
+enum class ProfileMode : uint8_t { kCpu, kWall };
 
 struct Config {
   bool enabled = false;          // false: no MLPROF_SOCKET/MLPROF_OUTPUT_DIR, or MLPROF_DISABLE=1
@@ -18,7 +20,14 @@ struct Config {
   UnwinderKind unwinder = UnwinderKind::kCfi;  // MLPROF_UNWINDER
   TimerSource timer = TimerSource::kPerfTaskClock;  // MLPROF_TIMER: perf (default) or timer
   bool quiet = false;            // MLPROF_QUIET=1: no stderr messages from the preload
+  ProfileMode mode = ProfileMode::kCpu;  // MLPROF_MODE: cpu (default) or wall
 };
+
+// Wall mode's tick: one wall-clock sampling period, 1/rate, but at least 1 ms.
+inline int64_t wall_period_ns(const Config& cfg) {
+  int64_t p = 1000000000LL / (cfg.rate_hz ? cfg.rate_hz : 100);
+  return p < 1000000 ? 1000000 : p;
+}
 
 // Parses the environment into cfg. Problems are passed to report(msg) (static strings or
 // formatted into a caller buffer), at most a few. Not signal-safe; called from the constructor.

@@ -38,6 +38,26 @@ using IsInitializedFn = int (*)();
 using GetThisThreadStateFn = void* (*)();
 using GetVersionFn = const char* (*)();
 
+// Where the interpreters' thread-state lists are (walk_thread(), wall mode), byte offsets verified
+// with offsetof() like python_layouts.h (docs/python.md, "Offsets"); 3.13 takes them from
+// _Py_DebugOffsets when present.
+struct ThreadList {
+  int32_t rt_interp_head = 0;     // _PyRuntime.interpreters.head
+  int32_t interp_next = 0;        // PyInterpreterState.next
+  int32_t interp_threads = 0;     // PyInterpreterState.tstate_head (<= 3.10) / threads.head
+  int32_t ts_next = 8;            // PyThreadState.next
+  int32_t ts_thread_id = 0;       // PyThreadState.thread_id (pthread_self())
+  int32_t ts_native_id = kNone;   // PyThreadState.native_thread_id (3.11+: the kernel tid)
+};
+constexpr ThreadList kThreadLists[] = {
+    {32, 0, 8, 8, 176, kNone},     // 3.8
+    {32, 0, 8, 8, 176, kNone},     // 3.9
+    {32, 0, 8, 8, 176, kNone},     // 3.10
+    {40, 0, 16, 8, 152, 160},      // 3.11
+    {40, 0, 72, 8, 136, 144},      // 3.12
+    {632, 7264, 7344, 8, 152, 160},  // 3.13
+};
+
 // Everything walk() needs, written once by detect() before g_ready is released.
 struct State {
   Layout layout;
@@ -49,6 +69,7 @@ struct State {
   uint64_t unicode_type = 0;   // &PyUnicode_Type (0: not checked)
   uint64_t bytes_type = 0;     // &PyBytes_Type (0: not checked)
   uint64_t gil_tstate_current = 0;  // &_PyRuntime.gilstate.tstate_current (<= 3.11), else 0
+  ThreadList threads;          // walk_thread(): the interpreters' thread lists
 };
 
 State g_state;
@@ -371,24 +392,13 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
 
 }  // namespace
 
-// signal-safe
-int walk(RawPyFrame* out, int max, uint8_t* sample_flags) {
-  *sample_flags = 0;
-  if (!g_ready.load(std::memory_order_acquire) || max <= 0) return 0;
-  const State& s = g_state;
+namespace {
+
+// signal-safe. Walks the frames of one thread state: the tstate (and, <= 3.11, the GIL holder) in
+// one read, the _PyCFrame on 3.11/3.12, then the frames. *sample_flags gets SampleFlags.
+int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int max, uint8_t* sample_flags) {
   const Layout& l = s.layout;
-  const int saved_errno = errno;
-  if (!s.is_initialized()) {
-    errno = saved_errno;
-    return 0;
-  }
-  const uint64_t tstate = reinterpret_cast<uint64_t>(s.this_thread_state());
-  if (tstate == 0) {
-    errno = saved_errno;
-    return 0;
-  }
   uint8_t flags = kSampleHasPython;
-  const pid_t pid = own_pid();
 
   // 1. The thread state (and, <= 3.11, the GIL holder) in one read.
   uint8_t ts[kTstateReadMax];
@@ -400,7 +410,6 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags) {
   const int got = read_spans(pid, spans, nspans);
   if (got < 1) {
     *sample_flags = flags | kSampleWalkFailed;
-    errno = saved_errno;
     return 0;
   }
   if (got == nspans && s.gil_tstate_current != 0 && gil_holder == tstate) flags |= kSampleGilHeld;
@@ -414,7 +423,6 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags) {
     const int32_t cf_len = (l.cframe_current_frame > l.cframe_previous ? l.cframe_current_frame : l.cframe_previous) + 8;
     if ((frame & 7) != 0 || !read_one(pid, frame, cf, static_cast<size_t>(cf_len))) {
       *sample_flags = flags | kSampleWalkFailed;
-      errno = saved_errno;
       return 0;
     }
     frame = load<uint64_t>(cf, l.cframe_current_frame);
@@ -451,8 +459,65 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags) {
     flags |= kSampleGilHeld;
   if (failed) flags |= kSampleWalkFailed;
   *sample_flags = flags;
+  return n;
+}
+
+}  // namespace
+
+// signal-safe
+int walk(RawPyFrame* out, int max, uint8_t* sample_flags) {
+  *sample_flags = 0;
+  if (!g_ready.load(std::memory_order_acquire) || max <= 0) return 0;
+  const State& s = g_state;
+  const int saved_errno = errno;
+  if (!s.is_initialized()) {
+    errno = saved_errno;
+    return 0;
+  }
+  const uint64_t tstate = reinterpret_cast<uint64_t>(s.this_thread_state());
+  if (tstate == 0) {
+    errno = saved_errno;
+    return 0;
+  }
+  const int n = walk_tstate(own_pid(), s, tstate, out, max, sample_flags);
   errno = saved_errno;
   return n;
+}
+
+// Not signal context (the writer thread). Finds the thread state of another thread through the
+// interpreters' thread lists, with the same fault-tolerant reads (the lists change as threads
+// come and go: a torn list ends the search or the walk, never a fault).
+int walk_thread(uint64_t pthread_id, uint32_t tid, RawPyFrame* out, int max, uint8_t* sample_flags) {
+  *sample_flags = 0;
+  if (!g_ready.load(std::memory_order_acquire) || max <= 0) return 0;
+  const State& s = g_state;
+  const ThreadList& tl = s.threads;
+  if (!s.is_initialized()) return 0;
+  const pid_t pid = own_pid();
+  uint64_t interp = 0;
+  if (!read_one(pid, s.runtime + static_cast<uint64_t>(tl.rt_interp_head), &interp, sizeof interp)) return 0;
+  int32_t ts_len = tl.ts_next + 8;
+  if (tl.ts_thread_id + 8 > ts_len) ts_len = tl.ts_thread_id + 8;
+  if (tl.ts_native_id != kNone && tl.ts_native_id + 8 > ts_len) ts_len = tl.ts_native_id + 8;
+  uint8_t ts[256];
+  if (ts_len > static_cast<int32_t>(sizeof ts)) return 0;
+  int budget = 100000;  // list entries visited at most: a cycle in a torn list cannot spin
+  for (int ni = 0; interp != 0 && (interp & 7) == 0 && ni < 256; ++ni) {
+    uint64_t tstate = 0, next_interp = 0;
+    const Span sp[2] = {{interp + static_cast<uint64_t>(tl.interp_threads), &tstate, sizeof tstate},
+                        {interp + static_cast<uint64_t>(tl.interp_next), &next_interp, sizeof next_interp}};
+    if (read_spans(pid, sp, 2) < 2) return 0;
+    while (tstate != 0 && (tstate & 7) == 0 && --budget > 0) {
+      if (!read_one(pid, tstate, ts, static_cast<size_t>(ts_len))) return 0;
+      const bool match = tl.ts_native_id != kNone ? load<uint64_t>(ts, tl.ts_native_id) == tid ||
+                                                        load<uint64_t>(ts, tl.ts_thread_id) == pthread_id
+                                                  : load<uint64_t>(ts, tl.ts_thread_id) == pthread_id;
+      if (match) return walk_tstate(pid, s, tstate, out, max, sample_flags);
+      tstate = load<uint64_t>(ts, tl.ts_next);
+    }
+    interp = next_interp;
+  }
+  return 0;  // no thread state: the thread never ran Python (or not any more)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -658,6 +723,7 @@ const Interpreter& detect() {
   } else {
     static constexpr const Layout* kTables[] = {&kLayout38, &kLayout39, &kLayout310, &kLayout311, &kLayout312, &kLayout313};
     st.layout = *kTables[minor - 8];
+    st.threads = kThreadLists[minor - 8];
     st.is_initialized = reinterpret_cast<IsInitializedFn>(sym.is_initialized);
     st.this_thread_state = reinterpret_cast<GetThisThreadStateFn>(sym.this_thread_state);
     st.runtime = reinterpret_cast<uint64_t>(sym.runtime);
@@ -680,6 +746,21 @@ const Interpreter& detect() {
     } else if (minor >= 13) {
       bool used = false;
       const std::string bad = apply_debug_offsets(dbg, hex, &st.layout, &used);
+      const uint64_t list_offsets[] = {dbg.runtime_state.interpreters_head, dbg.interpreter_state.next,
+                                       dbg.interpreter_state.threads_head, dbg.thread_state.next,
+                                       dbg.thread_state.thread_id, dbg.thread_state.native_thread_id};
+      bool list_ok = true;
+      for (uint64_t v : list_offsets) list_ok = list_ok && v < 65536;
+      list_ok = list_ok && dbg.thread_state.next < 248 && dbg.thread_state.thread_id < 248 &&
+                dbg.thread_state.native_thread_id < 248;
+      if (used && list_ok) {
+        st.threads.rt_interp_head = static_cast<int32_t>(dbg.runtime_state.interpreters_head);
+        st.threads.interp_next = static_cast<int32_t>(dbg.interpreter_state.next);
+        st.threads.interp_threads = static_cast<int32_t>(dbg.interpreter_state.threads_head);
+        st.threads.ts_next = static_cast<int32_t>(dbg.thread_state.next);
+        st.threads.ts_thread_id = static_cast<int32_t>(dbg.thread_state.thread_id);
+        st.threads.ts_native_id = static_cast<int32_t>(dbg.thread_state.native_thread_id);
+      }
       if (bad == "free-threaded") why = "free-threaded " + ver + " (no GIL) is not supported";
       else if (!bad.empty()) why = ver + ": " + bad;
       g_interp.description = ver + (used ? " (layout from _Py_DebugOffsets)" : " (built-in layout)");

@@ -52,6 +52,12 @@ const Interpreter& detect();
 // fault-tolerant (a bad pointer ends the walk with kSampleWalkFailed, never a crash).
 int walk(RawPyFrame* out, int max, uint8_t* sample_flags);
 
+// NOT signal-safe: the writer thread (wall mode). Walks ANOTHER thread's Python frames: finds its
+// thread state in the interpreters' thread lists (native_thread_id == tid on 3.11+, or
+// thread_id == pthread_id, its pthread_self()) and walks it like walk(), with the same
+// fault-tolerant reads. 0 frames and no flags when the thread has no thread state.
+int walk_thread(uint64_t pthread_id, uint32_t tid, RawPyFrame* out, int max, uint8_t* sample_flags);
+
 struct CodeInfo {
   std::string filename;
   std::string qualname;   // co_qualname (3.11+), else co_name

@@ -71,6 +71,7 @@ ThreadSlot* ThreadRegistry::register_current(int signo, int64_t period_ns, int64
   s->ring_mem = static_cast<uint8_t*>(mem);
   s->ring.init(s->ring_mem, kRingBytes);
   s->tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  s->pthread = pthread_self();
   s->bounds = current_stack_bounds();
   s->start_ns = now_ns;
   s->end_ns.store(0, std::memory_order_relaxed);
@@ -78,6 +79,8 @@ ThreadSlot* ThreadRegistry::register_current(int signo, int64_t period_ns, int64
   s->samples = 0; s->dropped = 0; s->unwind_stopped = 0; s->leaf_only = 0; s->ticks = 0;
   s->announced = false;
   s->sent_name[0] = 0;
+  s->wall = WallThreadState{};  // release() closed the previous thread's descriptor
+  s->wall.accounted_ns = now_ns;
   s->timer = ThreadTimer{};
   // The timer must exist before the slot is visible to the handler (it reads the perf fd).
   if (!timer_start(s->timer, source_, s->tid, signo, period_ns))
@@ -105,6 +108,8 @@ void ThreadRegistry::retire_current(int64_t now_ns) {
 }
 
 void ThreadRegistry::release(ThreadSlot* s) {
+  if (s->wall.fd >= 0) close(s->wall.fd);  // in a fork child: the parent's thread's file
+  s->wall.fd = -1;
   if (s->ring_mem) munmap(s->ring_mem, kRingBytes);
   s->ring_mem = nullptr;
   s->ring.init(nullptr, 0);

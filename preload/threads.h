@@ -16,9 +16,20 @@ namespace mlprof::preload {
 
 enum SlotState : uint32_t { kSlotFree = 0, kSlotClaimed = 1, kSlotActive = 2, kSlotRetired = 3 };
 
+// Wall mode, per thread, writer side only (preload/wall_sampler.cpp).
+struct WallThreadState {
+  int fd = -1;               // /proc/self/task/TID/syscall, kept open (closed by release())
+  int64_t accounted_ns = 0;  // wall time up to which this thread's ticks are accounted
+  uint64_t pc = 0, sp = 0;   // where it was blocked at its previous tick (0: not blocked)
+  int64_t cpu_ns = -1;       // its CPU time then
+  uint64_t stack_id = 0;     // the stack sent for it then
+  uint64_t stack_gen = 0;    // the writer's stack-id generation that id belongs to
+};
+
 struct ThreadSlot {
   std::atomic<uint32_t> state{kSlotFree};
   uint32_t tid = 0;
+  pthread_t pthread{};  // pthread_self() of the thread (CPython's thread_id)
   Ring ring;
   uint8_t* ring_mem = nullptr;
   ThreadTimer timer;
@@ -33,6 +44,7 @@ struct ThreadSlot {
   // Writer-side bookkeeping.
   bool announced = false;
   char sent_name[16] = {};
+  WallThreadState wall;
 };
 
 // Set on the thread itself; read by the signal handler.

@@ -36,7 +36,10 @@
 #include <link.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/ucontext.h>
+#include <sys/uio.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
@@ -135,15 +138,18 @@ const Row* find_row(const Range* r, uint64_t pc) {
 
 }  // namespace
 
-// signal-safe
-UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_t* pcs, int max_frames) {
+namespace {
+
+// The unwinding loop, over a stack reader: `rd(addr, &out)` loads the 8 bytes at addr or returns
+// false. In the signal handler the reader loads directly from the interrupted thread's own stack
+// (DirectReader); the writer thread, unwinding another thread, copies through process_vm_readv
+// (CopyReader). fp_valid: whether fp holds the frame's rbp (unknown rbp: rules that need it stop).
+// signal-safe when Reader is
+template <class Reader>
+UnwindResult unwind_loop(uint64_t pc, uint64_t sp, uint64_t fp, bool fp_valid, Reader& rd, uint64_t* pcs,
+                         int max_frames) {
   UnwindResult res;
-  if (max_frames <= 0 || !ucontext) return res;
-  const mcontext_t& mc = static_cast<const ucontext_t*>(ucontext)->uc_mcontext;
-  uint64_t pc = uint64_t(mc.gregs[REG_RIP]);
-  uint64_t sp = uint64_t(mc.gregs[REG_RSP]);
-  uint64_t fp = uint64_t(mc.gregs[REG_RBP]);
-  bool fp_valid = true;
+  if (max_frames <= 0) return res;
   bool fp_fallback_used = false;
   const Snapshot* snap = g_snapshot.load(std::memory_order_acquire);
 
@@ -161,8 +167,7 @@ UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_
     if (!row) {
       // No unwind info: one frame-pointer step, if rbp looks like a frame above us.
       uint64_t next_fp;
-      if (fp_fallback_used || !fp_valid || fp < sp || !read_stack(bounds, fp, &next_fp) ||
-          !read_stack(bounds, fp + 8, &ra)) {
+      if (fp_fallback_used || !fp_valid || fp < sp || !rd(fp, &next_fp) || !rd(fp + 8, &ra)) {
         res.flags |= wire::kStackUnwindStop;
         break;
       }
@@ -180,15 +185,15 @@ UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_
           break;
         case cfi::kCfaPlt: cfa = sp + int64_t(row->cfa_off) + ((int64_t(pc & 15) >= row->rbp_off) ? 8 : 0); break;
         case cfi::kCfaRbpDeref:
-          if (!fp_valid || !read_stack(bounds, fp + int64_t(row->cfa_off), &cfa)) goto stop;
+          if (!fp_valid || !rd(fp + int64_t(row->cfa_off), &cfa)) goto stop;
           break;
         default: goto stop;  // kCfaStop
       }
-      if (!read_stack(bounds, cfa - 8, &ra)) goto stop;
+      if (!rd(cfa - 8, &ra)) goto stop;
       switch (row->rbp_kind) {
         case cfi::kRbpSame: break;
         case cfi::kRbpAtCfa:
-          if (!read_stack(bounds, cfa + int64_t(row->rbp_off), &fp)) goto stop;
+          if (!rd(cfa + int64_t(row->rbp_off), &fp)) goto stop;
           fp_valid = true;
           break;
         case cfi::kRbpValCfa: fp = cfa + int64_t(row->rbp_off); fp_valid = true; break;
@@ -212,6 +217,71 @@ UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_
 done:
   res.nframes = n;
   return res;
+}
+
+struct DirectReader {  // signal-safe: the interrupted thread's own stack, inside its bounds
+  const StackBounds& b;
+  bool operator()(uint64_t addr, uint64_t* out) const { return read_stack(b, addr, out); }
+};
+
+// Another thread's stack, copied a page at a time with process_vm_readv on our own pid: the
+// thread may wake up, return and even exit while we read, so its stack is never dereferenced
+// directly (a read of an unmapped page fails with EFAULT instead of faulting). Not signal context.
+class CopyReader {
+ public:
+  CopyReader(const StackBounds& b, pid_t pid) : b_(b), pid_(pid) {}
+  bool operator()(uint64_t addr, uint64_t* out) {
+    if ((addr & 7) != 0 || addr < b_.lo || b_.hi < 8 || addr > b_.hi - 8) return false;
+    const uint64_t page = addr & ~uint64_t(kPage - 1);
+    Page* p = nullptr;
+    for (Page& c : pages_)
+      if (c.valid && c.base == page) p = &c;
+    if (!p) {
+      p = &pages_[next_++ % kPages];
+      p->valid = false;
+      const uint64_t lo = page < b_.lo ? b_.lo : page;
+      const uint64_t hi = page + kPage > b_.hi ? b_.hi : page + kPage;
+      struct iovec local = {p->data + (lo - page), size_t(hi - lo)};
+      struct iovec remote = {reinterpret_cast<void*>(lo), size_t(hi - lo)};
+      ++reads;
+      if (syscall(SYS_process_vm_readv, pid_, &local, 1UL, &remote, 1UL, 0UL) != long(hi - lo)) return false;
+      p->base = page;
+      p->valid = true;
+    }
+    memcpy(out, p->data + (addr - page), 8);
+    return true;
+  }
+  int reads = 0;
+
+ private:
+  static constexpr uint64_t kPage = 4096;
+  static constexpr int kPages = 4;
+  struct Page {
+    uint64_t base = 0;
+    bool valid = false;
+    alignas(8) uint8_t data[kPage];
+  };
+  const StackBounds& b_;
+  pid_t pid_;
+  Page pages_[kPages];
+  unsigned next_ = 0;
+};
+
+}  // namespace
+
+// signal-safe
+UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_t* pcs, int max_frames) {
+  if (max_frames <= 0 || !ucontext) return {};
+  const mcontext_t& mc = static_cast<const ucontext_t*>(ucontext)->uc_mcontext;
+  DirectReader rd{bounds};
+  return unwind_loop(uint64_t(mc.gregs[REG_RIP]), uint64_t(mc.gregs[REG_RSP]), uint64_t(mc.gregs[REG_RBP]), true, rd,
+                     pcs, max_frames);
+}
+
+UnwindResult unwind_cfi_regs(uint64_t rip, uint64_t rsp, uint64_t rbp, const StackBounds& bounds, uint64_t* pcs,
+                             int max_frames) {
+  CopyReader rd(bounds, static_cast<pid_t>(syscall(SYS_getpid)));
+  return unwind_loop(rip, rsp, rbp, rbp != 0, rd, pcs, max_frames);
 }
 
 // ---- the refresh side (not signal-safe) --------------------------------------------------------

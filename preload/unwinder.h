@@ -22,6 +22,14 @@ struct UnwindResult {
 
 // signal-safe
 UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_t* pcs, int max_frames);
+// NOT signal context: the writer thread, unwinding ANOTHER thread of this process that is blocked
+// in the kernel, from the registers /proc/self/task/TID/syscall shows (rip, rsp; rbp unknown: 0).
+// Frames whose CFA or rbp rule needs an unknown rbp end the stack with kStackUnwindStop (an rbp
+// saved by a callee on the way becomes known). The stack is copied with process_vm_readv, a page
+// at a time, only inside bounds: the thread may run, return or exit meanwhile without harm (the
+// stack is then garbage, never a fault).
+UnwindResult unwind_cfi_regs(uint64_t rip, uint64_t rsp, uint64_t rbp, const StackBounds& bounds, uint64_t* pcs,
+                             int max_frames);
 // signal-safe (as far as libunwind's local unwinding is; see unwind_libunwind.cpp)
 UnwindResult unwind_libunwind(const void* ucontext, uint64_t* pcs, int max_frames);
 

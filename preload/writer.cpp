@@ -72,6 +72,8 @@ bool Writer::start(int64_t start_realtime_ns, int64_t start_mono_ns, int64_t per
   start_mono_ns_ = start_mono_ns;
   period_ns_ = period_ns;
   last_sample_ns_ = start_mono_ns;
+  wall_.set_period(wall_period_ns(cfg_));
+  next_tick_ns_ = start_mono_ns + wall_.period_ns();
   ended_ = false;
   stop_.store(false);
   if (!open_transport(start_mono_ns)) return false;
@@ -104,7 +106,7 @@ void* Writer::thread_main(void* self) {
 
 void Writer::loop() {
   while (!stop_.load(std::memory_order_acquire)) {
-    int cmd = transport_.wait_command(kCycleMs);
+    int cmd = transport_.wait_command(cycle_timeout_ms());
     pthread_mutex_lock(&mu_);
     if (ended_ || stop_.load(std::memory_order_acquire)) {
       pthread_mutex_unlock(&mu_);
@@ -125,6 +127,20 @@ void Writer::loop() {
     }
     pthread_mutex_unlock(&mu_);
   }
+}
+
+bool Writer::wall_mode() const { return cfg_.mode == ProfileMode::kWall; }
+
+// CPU mode: a drain every 10 ms. Wall mode: one cycle per wall period, on a fixed schedule (a late
+// cycle does not shift the next ones; the samples' weights count the periods that really passed).
+int Writer::cycle_timeout_ms() {
+  if (!wall_mode()) return kCycleMs;
+  const int64_t now = mono_ns(), period = wall_.period_ns();
+  if (next_tick_ns_ <= now) {
+    next_tick_ns_ += period;
+    if (next_tick_ns_ <= now) next_tick_ns_ = now + period;  // fell behind: start afresh
+  }
+  return static_cast<int>((next_tick_ns_ - now + 999999) / 1000000);
 }
 
 void Writer::finish(wire::EndReason reason, int status) {
@@ -181,7 +197,10 @@ void Writer::send_process_start() {
   enc_.str(std::string_view(exe, n > 0 ? static_cast<size_t>(n) : 0));
   enc_.u(argv.size());
   for (auto a : argv) enc_.str(a);
-  enc_.u(cfg_.output_dir[0] ? 1 : 0);  // flags: bit 0 = offline (file) stream
+  uint64_t flags = cfg_.output_dir[0] ? uint64_t{wire::kProcessOffline} : 0;
+  if (wall_mode()) flags |= wire::kProcessWallMode;
+  enc_.u(flags);
+  if (wall_mode()) enc_.u(static_cast<uint64_t>(wall_.period_ns()));  // the wall tick
   enc_.end();
 }
 
@@ -192,11 +211,15 @@ void Writer::send_modules(bool force) {
   std::vector<uint32_t> removed;
   modules_.rescan(added, removed);
   if (!added.empty() || !removed.empty()) {
-    if (cfg_.unwinder == UnwinderKind::kCfi) cfi_refresh_modules();
+    // Wall mode unwinds blocked threads with the CFI tables whatever the handler's unwinder is.
+    if (cfg_.unwinder == UnwinderKind::kCfi || wall_mode()) cfi_refresh_modules();
   }
   // Another library may now occupy the addresses of an unloaded one: the same pcs would then mean
   // other code, so stack ids start afresh.
-  if (!removed.empty()) stacks_.clear();
+  if (!removed.empty()) {
+    stacks_.clear();
+    ++stack_gen_;
+  }
   if (!added.empty()) check_python();
   int64_t now = mono_ns();
   for (uint32_t id : removed) {
@@ -315,22 +338,27 @@ void Writer::drain_slot(ThreadSlot* s) {
     const uint64_t* pcs = reinterpret_cast<const uint64_t*>(data + sizeof(RawSample));
     const auto* py = reinterpret_cast<const python::RawPyFrame*>(pcs + h.nframes);
     if (h.flags & wire::kStackPyWalkFailed) ++py_walk_failed_;
-    uint64_t id = stack_id(pcs, h.nframes, h.flags, py, h.npy);
-    enc_.begin(wire::Record::kSample);
-    enc_.u(s->tid);
-    enc_.u(id);
-    enc_.s(h.t_ns - last_sample_ns_);
-    enc_.u(h.weight);
-    enc_.end();
-    last_sample_ns_ = h.t_ns;
-    if (enc_.out().size() > (256u << 10)) flush_out();
+    emit_sample(s->tid, stack_id(pcs, h.nframes, h.flags, py, h.npy), h.t_ns, h.weight);
   });
+}
+
+void Writer::emit_sample(uint32_t tid, uint64_t id, int64_t t_ns, uint32_t weight) {
+  enc_.begin(wire::Record::kSample);
+  enc_.u(tid);
+  enc_.u(id);
+  enc_.s(t_ns - last_sample_ns_);
+  enc_.u(weight);
+  enc_.end();
+  last_sample_ns_ = t_ns;
+  if (enc_.out().size() > (256u << 10)) flush_out();
 }
 
 void Writer::cycle(bool final) {
   send_modules(false);
   int64_t now = mono_ns();
   bool slow = final || now - last_slow_check_ns_ >= kSlowNs;
+  const bool wall = wall_mode() && g_sampler.sampling.load(std::memory_order_relaxed);
+  const bool python = g_sampler.python.load(std::memory_order_relaxed);
   uint32_t hw = threads_.high_water();
   for (uint32_t i = 0; i < hw; ++i) {
     ThreadSlot* s = threads_.slot(i);
@@ -338,6 +366,7 @@ void Writer::cycle(bool final) {
     if (st == kSlotActive) {
       if (!s->announced) announce_thread(s);
       drain_slot(s);
+      if (wall) wall_.tick(s, now, python, *this);
       if (slow) {
         std::string name = thread_comm(s->tid);
         if (!name.empty() && name != s->sent_name) {
@@ -421,12 +450,15 @@ void Writer::send_counters() {
       {wire::Counter::kPosixTimerThreads, threads_.posix_timer_threads.load(std::memory_order_relaxed)},
       {wire::Counter::kPyWalkFailed, py_walk_failed_},
       {wire::Counter::kPyCodes, next_code_id_ - 1},
+      {wire::Counter::kWaitSamples, wall_.wait_samples},  // these two: wall mode only
+      {wire::Counter::kWallUnwinds, wall_.unwinds},
   };
+  const size_t n = sizeof counters / sizeof counters[0] - (wall_mode() ? 0 : 2);
   enc_.begin(wire::Record::kCounters);
-  enc_.u(sizeof counters / sizeof counters[0]);
-  for (auto& [id, v] : counters) {
-    enc_.u(static_cast<uint8_t>(id));
-    enc_.u(v);
+  enc_.u(n);
+  for (size_t i = 0; i < n; ++i) {
+    enc_.u(static_cast<uint8_t>(counters[i].first));
+    enc_.u(counters[i].second);
   }
   enc_.end();
 }
@@ -449,6 +481,7 @@ void Writer::sync_cycle() {
 bool Writer::restart(int64_t start_realtime_ns, int64_t start_mono_ns) {
   pthread_mutex_lock(&mu_);
   stacks_.clear();
+  ++stack_gen_;
   next_stack_id_ = 1;
   codes_.clear();
   next_code_id_ = 1;
@@ -469,11 +502,13 @@ void Writer::fork_child(int64_t start_realtime_ns, int64_t start_mono_ns) {
   running_.store(false);
   transport_.abandon();
   stacks_.clear();
+  ++stack_gen_;
   next_stack_id_ = 1;
   codes_.clear();
   next_code_id_ = 1;
   python_announced_ = false;
   py_walk_failed_ = 0;
+  wall_.wait_samples = wall_.unwinds = wall_.reads = 0;
   modules_.reset();
   modules_dirty_.store(true);
   retired_samples_ = retired_dropped_ = retired_stopped_ = retired_leaf_ = retired_ticks_ = 0;

@@ -16,12 +16,13 @@
 #include "preload/python.h"
 #include "preload/threads.h"
 #include "preload/transport.h"
+#include "preload/wall_sampler.h"
 
 namespace mlprof::preload {
 
 struct Config;
 
-class Writer {
+class Writer : private WallSink {
  public:
   Writer(const Config& cfg, ThreadRegistry& threads) : cfg_(cfg), threads_(threads) {}
 
@@ -64,6 +65,18 @@ class Writer {
   uint64_t stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py, uint8_t npy);
   uint64_t code_id(uint64_t code);
   void check_python();
+  void emit_sample(uint32_t tid, uint64_t stack_id, int64_t t_ns, uint32_t weight);
+  bool wall_mode() const;
+  int cycle_timeout_ms();
+  // WallSink
+  uint64_t wall_stack(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py,
+                      uint8_t npy) override {
+    return stack_id(pcs, n, flags, py, npy);
+  }
+  void wall_sample(uint32_t tid, uint64_t id, int64_t t_ns, uint32_t weight) override {
+    emit_sample(tid, id, t_ns, weight);
+  }
+  uint64_t stack_generation() const override { return stack_gen_; }
 
   const Config& cfg_;
   ThreadRegistry& threads_;
@@ -91,6 +104,11 @@ class Writer {
   };
   std::unordered_map<Key, uint64_t, KeyHash> stacks_;
   uint64_t next_stack_id_ = 1;
+  uint64_t stack_gen_ = 1;  // bumped whenever stacks_ is cleared (cached wall stack ids expire)
+
+  // Wall mode (MLPROF_MODE=wall): the off-CPU sampler and the cycle's schedule.
+  WallSampler wall_;
+  int64_t next_tick_ns_ = 0;
   // Code objects sent so far, by address. A code object freed and another allocated at the same
   // address would keep the old name (docs/limits.md); code of running functions rarely dies.
   std::unordered_map<uint64_t, uint64_t> codes_;

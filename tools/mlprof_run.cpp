@@ -108,10 +108,12 @@ Child spawn(const tools::RunOptions& o, const std::string& preload, const std::s
   env_strings.push_back("MLPROF_SOCKET=" + socket);
   env_strings.push_back(fmt::format("MLPROF_RATE={}", o.rate_hz));
   if (!o.unwinder.empty()) env_strings.push_back("MLPROF_UNWINDER=" + o.unwinder);
+  env_strings.push_back("MLPROF_MODE=" + o.mode);
   if (o.quiet) env_strings.push_back("MLPROF_QUIET=1");
   for (char** e = environ; *e; ++e)  // pass through the user's own MLPROF_* settings (MLPROF_SIGNAL, ...)
     if (strncmp(*e, "MLPROF_", 7) == 0 && strncmp(*e, "MLPROF_SOCKET=", 14) != 0 &&
         strncmp(*e, "MLPROF_RATE=", 12) != 0 && strncmp(*e, "MLPROF_OUTPUT_DIR=", 18) != 0 &&
+        strncmp(*e, "MLPROF_MODE=", 12) != 0 &&
         strncmp(*e, "MLPROF_PRELOAD_PATH=", 20) != 0)
       env_strings.emplace_back(*e);
   std::vector<char*> envp, argv;
@@ -198,7 +200,7 @@ int main(int argc, char** argv) {
   run.start_ns = now_ns();
   run.rate_hz = o.rate_hz;
   run.timer = "thread-cpu-timer";  // replaced by the streams' own clock in build_profile
-  run.mode = "cpu";
+  run.mode = o.mode;
   run.mlprof_version = MLPROF_VERSION;
   char buf[PATH_MAX];
   if (getcwd(buf, sizeof buf)) run.cwd = buf;

@@ -24,6 +24,10 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
   app.add_flag("-q,--quiet", o->quiet, "No status line, no summary, no messages from the profiler");
   app.add_option("--unwinder", o->unwinder, "Stack unwinder in the profiled process")
       ->check(CLI::IsMember({"cfi", "libunwind"}));
+  app.add_option("--mode", o->mode,
+                 "cpu: where CPU time goes; wall: also where threads wait off-CPU (sleep, I/O, locks, GIL)")
+      ->check(CLI::IsMember({"cpu", "wall"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

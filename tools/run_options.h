@@ -14,6 +14,7 @@ struct RunOptions {
   double duration_s = 0;     // 0 = until the command ends
   bool quiet = false;
   std::string unwinder;      // "" (preload default), "cfi", "libunwind"
+  std::string mode = "cpu";  // "cpu" or "wall" (off-CPU waits too)
   std::vector<std::string> command;
 };
 

@@ -1,0 +1,70 @@
+// Wall-clock mode (MLPROF_MODE=wall): off-CPU time of blocked threads, WITHOUT signalling them.
+//
+// A signal makes nanosleep/poll/select/epoll_wait return EINTR even with SA_RESTART (signal(7)),
+// which would change the program's behaviour, so blocked threads are only looked at: on every
+// writer cycle (one wall period, 1/rate, at least 1 ms) the writer reads each live thread's
+// /proc/self/task/TID/syscall through a descriptor kept open per thread (one pread):
+//   "running"                      the thread is on a CPU or runnable: nothing to do, its CPU
+//                                  clock samples on-CPU time;
+//   "NR args... SP PC" / "-1 SP PC"  it is blocked (in syscall NR, or off CPU outside one) with
+//                                  user stack pointer SP and program counter PC.
+// A blocked thread gets a wait sample: a STACK flagged wire::kStackOffCpuWait (native frames
+// unwound from (PC, SP) with the CFI tables, rbp unknown; Python frames of ITS thread state) and a
+// SAMPLE weighing the wall periods since its previous tick.
+// A blocked thread's stack does not change while it stays blocked. Each tick first reads the
+// thread's CPU clock (clock_gettime on its per-thread CPU clock, ~0.3 us): when it has not moved
+// since a tick that found the thread blocked, the thread has not run since, so it is still blocked
+// at the same place and the previous stack id is sent again without reading /proc (~2.2 us per
+// pread of the syscall file through the cached descriptor; ~6.3 us to open, read and close it
+// each time). Only a thread that ran (CPU time moved) is read again, and unwound again if blocked:
+// comparing (PC, SP) alone would miss a thread that woke, ran and blocked again at the same PC and
+// SP from another caller or another Python line.
+//
+// Writer thread only (not signal context); the per-thread state lives in ThreadSlot::wall.
+#pragma once
+#include <cstdint>
+
+#include "preload/python.h"
+#include "preload/threads.h"
+
+namespace mlprof::preload {
+
+// Where wait samples go: the writer's stack dedup and SAMPLE encoding.
+class WallSink {
+ public:
+  virtual uint64_t wall_stack(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py,
+                              uint8_t npy) = 0;
+  virtual void wall_sample(uint32_t tid, uint64_t stack_id, int64_t t_ns, uint32_t weight) = 0;
+  // Changes whenever earlier stack ids stop being valid (modules unloaded, new stream).
+  virtual uint64_t stack_generation() const = 0;
+
+ protected:
+  ~WallSink() = default;
+};
+
+// What /proc/self/task/TID/syscall says (exposed for tests).
+struct SyscallState {
+  bool running = false;
+  int64_t nr = -1;  // the syscall number; -1: blocked outside a syscall
+  uint64_t sp = 0, pc = 0;
+};
+// Parses the file's text; false when it is neither "running" nor a syscall line.
+bool parse_syscall_line(const char* text, SyscallState* out);
+
+class WallSampler {
+ public:
+  void set_period(int64_t period_ns) { period_ns_ = period_ns; }
+  int64_t period_ns() const { return period_ns_; }
+  // One tick of one live thread at `now` (CLOCK_MONOTONIC): accounts the wall periods since its
+  // previous tick, and when it is blocked sends one wait sample weighing them.
+  void tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink);
+
+  uint64_t wait_samples = 0;  // wait samples sent
+  uint64_t unwinds = 0;       // blocked stacks unwound (the rest reused the previous tick's)
+  uint64_t reads = 0;         // /proc reads
+
+ private:
+  int64_t period_ns_ = 10000000;
+};
+
+}  // namespace mlprof::preload
