@@ -113,11 +113,9 @@ void save_env() {
 
 bool init_unwinder() {
   const char* err = nullptr;
-  if (g_cfg.unwinder == UnwinderKind::kCfi) {
-    if (cfi_refresh_modules()) return true;
-    report("could not read unwind tables (.eh_frame_hdr) of any module; falling back to libunwind");
-    g_cfg.unwinder = UnwinderKind::kLibunwind;
-  }
+  // The CFI tables are built by the writer thread as its first act (Writer::loop), not here:
+  // parsing a large binary's .eh_frame took ~15 ms of every process start (python3.11).
+  if (g_cfg.unwinder == UnwinderKind::kCfi) return true;
   if (libunwind_load(&err)) return true;
   report(err);
   return false;

@@ -80,8 +80,11 @@ bool Writer::start(int64_t start_realtime_ns, int64_t start_mono_ns, int64_t per
   enc_.clear();
   enc_.header();
   send_process_start();
-  send_modules(true);
   flush_out();
+  // The module map (and with it the CFI tables and the Python detection) comes first thing on the
+  // writer thread, off the program's start-up path; samples taken before then unwind as far as
+  // the tables allow and are flagged, never lost.
+  modules_dirty_.store(true, std::memory_order_release);
 
   // The writer runs with every signal blocked: the application's signals go to its own threads,
   // and the sampling signal is never delivered here.
@@ -105,6 +108,12 @@ void* Writer::thread_main(void* self) {
 }
 
 void Writer::loop() {
+  pthread_mutex_lock(&mu_);
+  if (!ended_) {
+    send_modules(true);
+    flush_out();
+  }
+  pthread_mutex_unlock(&mu_);
   while (!stop_.load(std::memory_order_acquire)) {
     int cmd = transport_.wait_command(cycle_timeout_ms());
     pthread_mutex_lock(&mu_);
