@@ -6,7 +6,7 @@ Usage: bench/cpu_overhead.sh [--runs N] [--workloads cpu_ratio,native_inference,
 
 For each workload, every round runs each configuration once (round-robin, the starting
 configuration rotating each round, after one untimed warm-up round), so drift hits all alike:
-  unprofiled | mlprof-run --rate 100 | --rate 1000 | --rate 100 --unwinder libunwind |
+  unprofiled | mlprof-run --rate 100 | --rate 1000 | --rate 100 --mode wall | --rate 100 --unwinder libunwind |
   gperftools CPUPROFILE_FREQUENCY=100 | =1000 | perf record -g -F 99 (if `perf record` works here).
 Two walls are measured per run:
   * command wall: time.perf_counter around the whole command (for mlprof-run this includes
@@ -98,6 +98,7 @@ def configs(build, perf_note):
         ("unprofiled", "none", lambda f: [], None, None),
         ("mlprof 100 Hz", "mlprof", ml("--rate", "100"), None, None),
         ("mlprof 1000 Hz", "mlprof", ml("--rate", "1000"), None, None),
+        ("mlprof 100 Hz wall", "mlprof", ml("--rate", "100", "--mode", "wall"), None, None),
         ("mlprof 100 Hz libunwind", "mlprof", ml("--rate", "100", "--unwinder", "libunwind"), None, None),
         ("gperftools 100 Hz", "gperf", lambda f: [], gpe(100), gp),
         ("gperftools 1000 Hz", "gperf", lambda f: [], gpe(1000), gp),

@@ -76,6 +76,7 @@ struct SymbolizedStack {
   CpuClass cls = CpuClass::kNative;
   bool merge_failed = false;
   bool python = false;  // the stack has Python frames
+  bool gil_held = false;  // the thread held the GIL when sampled
   bool eval_transition = false;    // merged with the innermost eval invocation as interpreter frames
   bool unwind_incomplete = false;  // the native stack ended early
   bool wait = false;               // an off-CPU wait stack (wall mode): no CPU classification
@@ -144,7 +145,7 @@ class Builder {
 
     // Samples -> per (thread, stack) values per metric, and time-ordered events.
     std::map<std::pair<uint32_t, uint32_t>, std::vector<int64_t>> ns;
-    uint64_t merge_failed = 0, python_samples = 0, transitions = 0, unmergeable = 0;
+    uint64_t merge_failed = 0, python_samples = 0, transitions = 0, unmergeable = 0, gil_held = 0;
     // Wall mode: a wait sample weighs wall ticks (the stream's wall period); CPU samples count as
     // wall time too. A wait sample in a CPU-mode profile has no column: it is skipped.
     const int64_t wall_period = s.wall_period_ns > 0 ? s.wall_period_ns : s.period_ns;
@@ -174,6 +175,7 @@ class Builder {
         else
           merge_failed += st.merge_failed;
         transitions += st.eval_transition;
+        gil_held += st.gil_held;
       }
       p_.samples.push_back({thread, st.stack, smp.t_ns, smp.weight});
     }
@@ -186,6 +188,7 @@ class Builder {
       proc_ref.counters["python_samples"] = python_samples;
       proc_ref.counters["python_merge_failures"] = merge_failed;
       proc_ref.counters["python_eval_transitions"] = transitions;
+      proc_ref.counters["python_gil_held"] = gil_held;
       proc_ref.counters["python_unmergeable_truncated"] = unmergeable;
       if (!s.python.supported) proc_ref.messages.push_back(s.python.description);
       python_seen_ = python_seen_.empty() ? s.python.description : python_seen_;
@@ -284,6 +287,7 @@ class Builder {
   SymbolizedStack symbolize_stack(const ProcessStream& s, const std::vector<int>& handles, const RawStack& st) {
     SymbolizedStack out;
     out.python = !st.py.empty();
+    out.gil_held = (st.flags & wire::kStackGilHeld) != 0;
     out.wait = (st.flags & wire::kStackOffCpuWait) != 0;
     // Native frames: the inline chain of each pc, whether it runs the eval loop, its module.
     std::vector<std::vector<uint32_t>> native(st.pcs.size());

@@ -90,6 +90,11 @@ TEST_P(PythonSplit, LinesCarryTheirOwnKindOfTime) {
   int64_t py_samples = counter_sum(p, "python_samples"), failures = counter_sum(p, "python_merge_failures");
   EXPECT_GT(py_samples, 50);
   EXPECT_LE(failures * 100, py_samples) << failures << " merge failures of " << py_samples;
+
+  // The GIL is recorded: the Python lines hold it, hashlib and BLAS release it while they run.
+  int64_t gil = counter_sum(p, "python_gil_held");
+  EXPECT_GT(gil, 0);
+  EXPECT_LT(gil, py_samples);
 }
 
 
