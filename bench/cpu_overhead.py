@@ -6,7 +6,8 @@ Usage: bench/cpu_overhead.sh [--runs N] [--workloads cpu_ratio,native_inference,
 
 For each workload, every round runs each configuration once (round-robin, the starting
 configuration rotating each round, after one untimed warm-up round), so drift hits all alike:
-  unprofiled | mlprof-run --rate 100 | --rate 1000 | --rate 100 --mode wall | --rate 100 --unwinder libunwind |
+  unprofiled | mlprof-run --rate 100 | --rate 1000 | --rate 100 --mode wall | --rate 1000 with MLPROF_TIMER=timer |
+  --rate 100 --unwinder libunwind |
   gperftools CPUPROFILE_FREQUENCY=100 | =1000 | perf record -g -F 99 (if `perf record` works here).
 Two walls are measured per run:
   * command wall: time.perf_counter around the whole command (for mlprof-run this includes
@@ -99,6 +100,8 @@ def configs(build, perf_note):
         ("mlprof 100 Hz", "mlprof", ml("--rate", "100"), None, None),
         ("mlprof 1000 Hz", "mlprof", ml("--rate", "1000"), None, None),
         ("mlprof 100 Hz wall", "mlprof", ml("--rate", "100", "--mode", "wall"), None, None),
+        # The design: POSIX CPU-time timers, tick-limited like gperftools, missed ticks weighted.
+        ("mlprof 1000 Hz timer", "mlprof", ml("--rate", "1000"), lambda f: {"MLPROF_TIMER": "timer"}, None),
         ("mlprof 100 Hz libunwind", "mlprof", ml("--rate", "100", "--unwinder", "libunwind"), None, None),
         ("gperftools 100 Hz", "gperf", lambda f: [], gpe(100), gp),
         ("gperftools 1000 Hz", "gperf", lambda f: [], gpe(1000), gp),
@@ -218,6 +221,7 @@ def machine_facts():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=None, help="timed rounds per workload (default 7; 3 with --quick)")
+    ap.add_argument("--configs", default="", help="comma-separated configuration names to run (default: all)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: " + ", ".join(WORKLOADS))
     ap.add_argument("--quick", action="store_true", help="CI smoke: 3 runs, small sizes")
     ap.add_argument("--build", default=os.environ.get("MLPROF_BUILD_DIR", os.path.join(ROOT, "build")))
@@ -238,6 +242,12 @@ def main():
            if k != "LD_PRELOAD" and not k.startswith(("MLPROF_", "CPUPROFILE", "PERF_"))}
     wrapper, wnote = build_wrapper(tmp)
     cfgs = configs(build, probe_perf(tmp))
+    if a.configs:  # the unprofiled baseline always runs
+        keep = set(c.strip() for c in a.configs.split(","))
+        unknown = keep - set(c[0] for c in cfgs)
+        if unknown:
+            sys.exit("unknown configuration(s): %s; known: %s" % (", ".join(sorted(unknown)), ", ".join(c[0] for c in cfgs)))
+        cfgs = [c for c in cfgs if c[0] == "unprofiled" or c[0] in keep]
     out = ["# mlprof CPU-sampling overhead", "",
            "Command: `%s`" % " ".join([os.environ.get("CPU_OVERHEAD_ARGV0") or sys.argv[0]] + sys.argv[1:]),
            "", "Machine: " + facts, "",
