@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -166,8 +167,33 @@ std::string python_lines(const Profile& prof, const Style& st, uint32_t m, int64
   if (py.empty() || mi == profile::kNone || mn == profile::kNone || ms == profile::kNone) return "";
   const auto& md = prof.metrics[m];
   std::string out = "\n" + st.bold(fmt::format("Top Python lines by self {}:", clean(md.name))) + "\n";
+  // Which threads (and so processes) spent a line's self time: the line of a stack's innermost
+  // Python frame, per thread.
+  std::vector<std::pair<uint32_t, uint32_t>> innermost(prof.stacks.size(), {0, 0});
+  for (size_t si = 0; si < prof.stacks.size(); ++si)
+    for (uint32_t f : prof.stacks[si].frames)
+      if (f < prof.frames.size() && prof.frames[f].kind == profile::FrameKind::kPython) {
+        innermost[si] = {prof.frames[f].file, prof.frames[f].line};
+        break;
+      }
+  std::map<std::pair<uint32_t, uint32_t>, std::map<uint32_t, int64_t>> by_thread;
+  for (const auto& sv : prof.stack_values)
+    if (sv.stack < innermost.size() && innermost[sv.stack].second > 0)
+      by_thread[innermost[sv.stack]][sv.thread] += detail::at(sv.values, m);
+  auto where = [&](const profile::LineStat& l) -> std::string {
+    auto it = by_thread.find({l.file, l.line});
+    if (it == by_thread.end() || it->second.empty()) return "";
+    auto top_thread = std::max_element(it->second.begin(), it->second.end(),
+                                       [](auto& a, auto& b) { return a.second < b.second; });
+    if (top_thread->first >= prof.threads.size()) return "";
+    const auto& th = prof.threads[top_thread->first];
+    uint32_t pid = th.process < prof.processes.size() ? prof.processes[th.process].pid : 0;
+    std::string s = fmt::format("{} tid {} pid {}", clean(th.name, 16), th.tid, pid);
+    if (it->second.size() > 1) s += fmt::format(" +{}", it->second.size() - 1);
+    return s;
+  };
   Table t{{{"self", true}, {"self%", true}, {"interp", true}, {"native", true}, {"system", true},
-           {"line"}, {"source", false, "2"}}, {}};
+           {"line"}, {"thread", false, "2"}, {"source", false, "2"}}, {}};
   SourceCache sources;
   size_t shown = 0, total = 0;
   for (size_t i : detail::lines_by_self(prof, m)) {
@@ -183,9 +209,10 @@ std::string python_lines(const Profile& prof, const Style& st, uint32_t m, int64
                       detail::format_percent(detail::at(l.self, mi), self),
                       detail::format_percent(detail::at(l.self, mn), self),
                       detail::format_percent(detail::at(l.self, ms), self),
-                      clean(fmt::format("{}:{}", file, l.line)), clean(sources.line(file, l.line), kMaxName)});
+                      clean(fmt::format("{}:{}", file, l.line)), where(l), clean(sources.line(file, l.line), kMaxName)});
   }
-  return out + t.render(st) + more_line(shown, total, "Python lines");
+  return out + t.render(st) + more_line(shown, total, "Python lines") +
+         "  (thread: the one that spent the most on the line; +N: other threads that did too)\n";
 }
 
 std::string processes(const Profile& prof, const Style& st, uint32_t m, size_t top) {

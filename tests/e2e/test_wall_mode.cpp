@@ -128,19 +128,6 @@ LineVals line_vals(const profile::Profile& p, uint32_t line) {
   return v;
 }
 
-// Debian's /usr/bin/python3 and one pyenv version (the newest supported).
-std::vector<Interpreter> wall_interpreters() {
-  std::vector<Interpreter> out;
-  const Interpreter* pyenv = nullptr;
-  for (auto& p : interpreters()) {
-    if (!mlprof_supports(p)) continue;
-    if (p.path == "/usr/bin/python3") out.push_back(p);
-    else if (contains(p.path, "/.pyenv/") && (!pyenv || p.minor > pyenv->minor)) pyenv = &p;
-  }
-  if (pyenv) out.push_back(*pyenv);
-  return out;
-}
-
 class PythonWall : public ::testing::TestWithParam<Interpreter> {};
 
 TEST_P(PythonWall, SleepLineWaitsAndComputeLinesRun) {
@@ -176,12 +163,13 @@ TEST_P(PythonWall, SleepLineWaitsAndComputeLinesRun) {
   EXPECT_EQ(pl.wall, pl.cpu + pl.wait);
 }
 
-INSTANTIATE_TEST_SUITE_P(Interpreters, PythonWall, ::testing::ValuesIn(wall_interpreters()),
+// Every supported interpreter (the issue asks the sleep line's wait of all seven).
+INSTANTIATE_TEST_SUITE_P(Interpreters, PythonWall, ::testing::ValuesIn(supported_interpreters()),
                          [](const ::testing::TestParamInfo<Interpreter>& i) { return i.param.name(); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonWall);
 
 TEST(PythonWallCpuMode, SleepLineHasNoWaitMetric) {
-  auto pys = wall_interpreters();
+  auto pys = supported_interpreters();
   if (pys.empty()) GTEST_SKIP() << "no supported Python";
   Profiled run = profile_run({pys[0].path, kFixture, "0.1", "2", "--no-numpy"}, {"--no-html"});
   ASSERT_TRUE(run.ok);

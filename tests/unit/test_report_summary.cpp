@@ -181,9 +181,10 @@ TEST(ReportSummaryPython, PythonLinesShowTheSplitAndTheSource) {
   ASSERT_NE(sec, std::string::npos) << out;
   std::string section = out.substr(sec, out.find("Top source lines") - sec);
   // line 3: 700 us, 0% interpreter, 85.7% native, 14.3% system; line 2: all interpreter.
-  EXPECT_NE(section.find("0.0%   85.7%   14.3%  " + path + ":3  y = numpy.dot(a, b)"), std::string::npos) << section;
-  EXPECT_NE(section.find("100.0%    0.0%    0.0%  " + path + ":2  x = sum(i * i for i in range(10))\n"), std::string::npos)
-      << section;
+  EXPECT_NE(section.find("0.0%   85.7%   14.3%  " + path + ":3  main tid 1 pid 0  y = numpy.dot(a, b)"),
+            std::string::npos) << section;
+  EXPECT_NE(section.find("100.0%    0.0%    0.0%  " + path + ":2  main tid 1 pid 0  x = sum(i * i for i in range(10))\n"),
+            std::string::npos) << section;
   EXPECT_LT(section.find(":3 "), section.find(":2 "));  // hottest first
   // Native-only profiles have no such section.
   for (auto& f : p.frames) f.kind = FrameKind::kNative;
