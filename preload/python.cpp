@@ -878,4 +878,20 @@ bool read_code(uint64_t code, CodeInfo* out) {
   return true;
 }
 
+uint64_t code_identity(uint64_t code) {
+  if (!g_ready.load(std::memory_order_acquire) || code == 0 || (code & 7) != 0) return 0;
+  const State& st = g_state;
+  const Layout& l = st.layout;
+  uint8_t hdr[256];
+  int32_t end = 0;
+  for (int32_t off : {l.ob_type, l.co_filename, l.co_name, l.co_firstlineno})
+    if (off + 8 > end) end = off + 8;
+  if (end > static_cast<int32_t>(sizeof hdr) || !read_one(own_pid(), code, hdr, static_cast<size_t>(end))) return 0;
+  if (load<uint64_t>(hdr, l.ob_type) != st.code_type) return 0;
+  uint64_t h = load<uint64_t>(hdr, l.co_filename) * 0x9e3779b97f4a7c15ull;
+  h ^= load<uint64_t>(hdr, l.co_name) + 0x7f4a7c159e3779b9ull + (h << 6) + (h >> 2);
+  h ^= static_cast<uint32_t>(load<int32_t>(hdr, l.co_firstlineno)) * 0xff51afd7ed558ccdull;
+  return h | 1;  // never 0
+}
+
 }  // namespace mlprof::preload::python

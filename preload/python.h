@@ -70,4 +70,9 @@ struct CodeInfo {
 // `code` is not (or no longer) a code object.
 bool read_code(uint64_t code, CodeInfo* out);
 
+// Not signal-safe (the writer thread). A fingerprint of the code object at `code` (its filename and
+// name objects and first line), or 0 when it is not a code object: tells a code object from
+// another one later allocated at the same address.
+uint64_t code_identity(uint64_t code);
+
 }  // namespace mlprof::preload::python

@@ -280,23 +280,28 @@ void Writer::announce_thread(ThreadSlot* s) {
 }
 
 uint64_t Writer::code_id(uint64_t code) {
-  auto [it, inserted] = codes_.try_emplace(code, next_code_id_);
-  if (!inserted) return it->second;
-  ++next_code_id_;
+  // Called for the frames of a stack seen for the first time. A code object freed and another
+  // allocated at its address (a module's <module> code after its import, then a function) must
+  // not keep the old name: the fingerprint is checked again, and a changed one gets a new id.
+  const uint64_t identity = python::code_identity(code);
+  auto it = codes_.find(code);
+  if (it != codes_.end() && (it->second.identity == identity || identity == 0)) return it->second.id;
+  const uint64_t id = next_code_id_++;
+  codes_[code] = CodeEntry{id, identity};
   python::CodeInfo info;
   if (!python::read_code(code, &info)) {
     info = python::CodeInfo{};
     info.qualname = "<unreadable code object>";
   }
   enc_.begin(wire::Record::kPyCode);
-  enc_.u(it->second);
+  enc_.u(id);
   enc_.str(info.filename);
   enc_.str(info.qualname);
   enc_.u(info.firstlineno);
   enc_.u(static_cast<uint8_t>(info.format));
   enc_.str(info.linetable);
   enc_.end();
-  return it->second;
+  return id;
 }
 
 uint64_t Writer::stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py,

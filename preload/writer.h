@@ -111,7 +111,10 @@ class Writer : private WallSink {
   int64_t next_tick_ns_ = 0;
   // Code objects sent so far, by address. A code object freed and another allocated at the same
   // address would keep the old name (docs/limits.md); code of running functions rarely dies.
-  std::unordered_map<uint64_t, uint64_t> codes_;
+  struct CodeEntry {
+    uint64_t id, identity;
+  };
+  std::unordered_map<uint64_t, CodeEntry> codes_;
   uint64_t next_code_id_ = 1;
   bool python_announced_ = false;
   uint64_t py_walk_failed_ = 0;

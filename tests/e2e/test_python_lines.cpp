@@ -85,3 +85,51 @@ INSTANTIATE_TEST_SUITE_P(StartMethods, PythonMultiprocessing, ::testing::Values(
                          [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
 
 }  // namespace
+
+namespace {
+
+class PythonCThread : public ::testing::TestWithParam<e2e::Interpreter> {};
+
+// A thread created by C (pthread_create in a library) that calls into Python: its frames are read
+// and merged like any other thread's, and its line is on that thread, not the main one.
+TEST_P(PythonCThread, ThreadStartedFromCHasItsPythonLine) {
+  using namespace e2e;
+  Profiled run = profile_run({GetParam().path, kDir + "cthread.py", fixture("libfixture_python_cthread.so"), "0.4"});
+  ASSERT_TRUE(run.ok);
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.err;
+  EXPECT_EQ(run.result.out, "rc 0\n");
+  const auto& p = run.profile;
+  uint32_t line = marker_line(kDir + "cthread.py", "# C-THREAD-LINE");
+  std::map<uint32_t, int64_t> by_thread;
+  for (auto& sv : p.stack_values)
+    for (uint32_t f : p.stacks[sv.stack].frames) {
+      const auto& fr = p.frames[f];
+      if (fr.kind == profile::FrameKind::kPython && fr.line == line && p.str(fr.file) == kDir + "cthread.py") {
+        by_thread[sv.thread] += sv.values[cpu(p)];
+        break;
+      }
+    }
+  ASSERT_EQ(by_thread.size(), 1u);
+  const auto& th = p.threads[by_thread.begin()->first];
+  EXPECT_NE(th.tid, p.processes[th.process].pid) << "the C thread's line is on the main thread";
+  EXPECT_GE(by_thread.begin()->second, 200000);
+  // Merged into its native stack: the C library's thread function is below the Python frames.
+  bool merged = false;
+  for (auto& sv : p.stack_values) {
+    if (sv.thread != by_thread.begin()->first) continue;
+    bool py = false;
+    for (uint32_t f : p.stacks[sv.stack].frames) {
+      const auto& fr = p.frames[f];
+      py |= fr.kind == profile::FrameKind::kPython;
+      if (py && p.str(fr.module).find("libfixture_python_cthread.so") != std::string::npos) merged = true;
+    }
+  }
+  EXPECT_TRUE(merged) << "no stack with the C thread function under the Python frames";
+  EXPECT_LE(counter_sum(p, "python_merge_failures") * 100, counter_sum(p, "python_samples"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Interpreters, PythonCThread, ::testing::ValuesIn(e2e::supported_interpreters()),
+                         [](const ::testing::TestParamInfo<e2e::Interpreter>& i) { return i.param.name(); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonCThread);
+
+}  // namespace
