@@ -492,8 +492,9 @@ void Writer::sync_cycle() {
   pthread_mutex_unlock(&mu_);
 }
 
-bool Writer::restart(int64_t start_realtime_ns, int64_t start_mono_ns) {
-  pthread_mutex_lock(&mu_);
+// What a new stream must not inherit from the previous one: its stack and code ids, the modules
+// and interpreter it announced, and unsent bytes. Caller holds mu_ (or is the only thread).
+void Writer::reset_stream_state() {
   stacks_.clear();
   ++stack_gen_;
   next_stack_id_ = 1;
@@ -503,9 +504,15 @@ bool Writer::restart(int64_t start_realtime_ns, int64_t start_mono_ns) {
   modules_.reset();
   modules_dirty_.store(true);
   enc_.clear();
+}
+
+bool Writer::restart(int64_t start_realtime_ns, int64_t start_mono_ns) {
+  pthread_mutex_lock(&mu_);
+  reset_stream_state();
   pthread_mutex_unlock(&mu_);
   return start(start_realtime_ns, start_mono_ns, period_ns_);
 }
+
 void Writer::fork_parent() { pthread_mutex_unlock(&mu_); }
 
 void Writer::fork_child(int64_t start_realtime_ns, int64_t start_mono_ns) {
@@ -515,21 +522,14 @@ void Writer::fork_child(int64_t start_realtime_ns, int64_t start_mono_ns) {
   pthread_mutex_init(&msg_mu_, nullptr);
   running_.store(false);
   transport_.abandon();
-  stacks_.clear();
-  ++stack_gen_;
-  next_stack_id_ = 1;
-  codes_.clear();
-  next_code_id_ = 1;
-  python_announced_ = false;
+  reset_stream_state();
+  // The child's counters start at zero: its threads are new.
   py_walk_failed_ = 0;
   wall_.wait_samples = wall_.unwinds = wall_.reads = 0;
-  modules_.reset();
-  modules_dirty_.store(true);
   retired_samples_ = retired_dropped_ = retired_stopped_ = retired_leaf_ = retired_ticks_ = 0;
   threads_seen_ = 0;
   handler_lost_reported_ = false;
   pending_messages_.clear();
-  enc_.clear();
   start(start_realtime_ns, start_mono_ns, period_ns_);
 }
 

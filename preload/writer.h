@@ -61,6 +61,7 @@ class Writer : private WallSink {
   void announce_thread(ThreadSlot* s);
   void flush_out();
   void end_stream(wire::EndReason reason, int status);
+  void reset_stream_state();
   bool open_transport(int64_t mono_ns);
   uint64_t stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py, uint8_t npy);
   uint64_t code_id(uint64_t code);
