@@ -62,6 +62,19 @@ const sigset_t* keep_sampling_signal(int how, const sigset_t* set, sigset_t* cop
   return copy;
 }
 
+// execve and execvpe: keep the profiler's variables in the new environment, end this image's
+// stream, exec; if the exec returns (it failed), go on profiling with errno as the exec left it.
+using ExecFn = int (*)(const char*, char* const[], char* const[]);
+int exec_through(ExecFn real, const char* file, char* const argv[], char* const envp[]) {
+  char* const* env = rt::env_for_exec(envp);
+  rt::before_exec();
+  int rc = real(file, argv, env);
+  int saved = errno;
+  rt::after_exec_failed();
+  errno = saved;
+  return rc;
+}
+
 }  // namespace
 
 extern "C" {
@@ -91,24 +104,12 @@ __attribute__((visibility("default"))) int dlclose(void* handle) {
 
 __attribute__((visibility("default"))) int execve(const char* path, char* const argv[], char* const envp[]) {
   MLPROF_NEXT(execve);
-  char* const* env = rt::env_for_exec(envp);
-  rt::before_exec();
-  int rc = real(path, argv, env);
-  int saved = errno;
-  rt::after_exec_failed();
-  errno = saved;
-  return rc;
+  return exec_through(real, path, argv, envp);
 }
 
 __attribute__((visibility("default"))) int execvpe(const char* file, char* const argv[], char* const envp[]) {
   MLPROF_NEXT(execvpe);
-  char* const* env = rt::env_for_exec(envp);
-  rt::before_exec();
-  int rc = real(file, argv, env);
-  int saved = errno;
-  rt::after_exec_failed();
-  errno = saved;
-  return rc;
+  return exec_through(real, file, argv, envp);
 }
 
 __attribute__((visibility("default"))) int execv(const char* path, char* const argv[]) {
