@@ -15,7 +15,7 @@ namespace mlprof::wire {
 
 inline constexpr char kMagic[4] = {'M', 'L', 'P', 'W'};
 inline constexpr uint8_t kMajor = 1;
-inline constexpr uint8_t kMinor = 1;  // 1.1: Python records and frames
+inline constexpr uint8_t kMinor = 2;  // 1.1: Python records and frames; 1.2: memory records
 inline constexpr unsigned kHeaderSize = 8;
 
 enum class Record : uint8_t {
@@ -56,6 +56,39 @@ enum class Record : uint8_t {
   // qualname (str), firstlineno, table format (0 lnotab <=3.9, 1 linetable 3.10, 2 locations
   // 3.11+), line table (str, raw bytes).
   kPyCode = 14,
+  // Since 1.2. Memory profiling is on in this process (sent once, after PROCESS_START):
+  // interval_bytes (mean of the Poisson sampling interval over allocated bytes; 1 = exact mode:
+  // every allocation), copy_interval_bytes (the same for memcpy/memmove volume), flags (MemFlags).
+  // May be sent again when a flag changes (e.g. the Python allocator got hooked); the latest wins.
+  kMemConfig = 15,
+  // Since 1.2. A sampled allocation: tid, stack_id, mono_ns delta (s) from the previous memory
+  // event (ALLOC/FREE/COPY) of this stream, alloc_id (unique in the stream, never 0), size (bytes
+  // requested), weight (estimated bytes this sample stands for: size / P(sampled); size in exact
+  // mode), kind (AllocKind).
+  kAlloc = 16,
+  // Since 1.2. A sampled allocation was released (free, realloc, munmap, Python free): alloc_id,
+  // mono_ns delta (s) as for ALLOC. May arrive before its ALLOC (frees and allocations made by
+  // different threads are drained from different rings); readers match by alloc_id.
+  kFree = 17,
+  // Since 1.2. A sampled memcpy/memmove: tid, stack_id, mono_ns delta (s) as for ALLOC, weight
+  // (estimated bytes copied this sample stands for), size (bytes of the sampled call).
+  kCopy = 18,
+  // Since 1.2. Process memory use, sent by the writer at >= 10 Hz while memory profiling is on:
+  // mono_ns, rss_bytes (resident set size from /proc/self/statm).
+  kMemUsage = 19,
+};
+
+// MEM_CONFIG flags.
+enum MemFlags : uint64_t {
+  kMemExact = 1,            // every allocation is recorded (interval 1)
+  kMemPythonAllocator = 2,  // CPython's object/mem allocator domains are hooked (pymalloc objects seen)
+};
+
+// ALLOC kinds.
+enum class AllocKind : uint8_t {
+  kMalloc = 0,  // malloc, calloc, realloc, memalign family, C++ new (through malloc)
+  kMmap = 1,    // anonymous mmap / mremap made by the program
+  kPython = 2,  // CPython's PyMem/PyObject allocator (pymalloc), hooked with PyMem_SetAllocator
 };
 
 enum class TimerKind : uint8_t { kThreadCpuTimer = 0, kPerfTaskClock = 1 };
@@ -102,6 +135,12 @@ enum class Counter : uint8_t {
   kPyCodes = 14,         // distinct code objects sent
   kWaitSamples = 15,     // wall mode: off-CPU wait samples sent
   kWallUnwinds = 16,     // wall mode: blocked stacks unwound (the others reused the previous tick's)
+  // Since 1.2 (memory profiling).
+  kMemSamples = 17,      // sampled allocations sent (ALLOC records)
+  kMemFrees = 18,        // frees of sampled allocations sent (FREE records)
+  kMemDropped = 19,      // memory events lost (ring full past the wait limit, or no ring for the thread)
+  kCopySamples = 20,     // sampled copies sent (COPY records)
+  kMemTableFull = 21,    // sampled allocations not tracked because the live-pointer table was full
 };
 
 // Commands from the collector to the preload, one byte each on the same socket.

@@ -125,6 +125,44 @@ struct RunInfo {
   bool operator==(const RunInfo&) const = default;
 };
 
+// Memory use of one process over time (memory profiling). Heap figures are estimates from the
+// sampled allocations (exact in exact mode); RSS is measured.
+struct MemoryPoint {
+  int64_t t_ns = 0;        // CLOCK_MONOTONIC
+  int64_t rss_bytes = -1;  // -1 when not measured at this point
+  int64_t heap_bytes = 0;  // estimated live heap (sampled allocations still live, weighted)
+  bool operator==(const MemoryPoint&) const = default;
+};
+
+struct ProcessMemory {
+  uint32_t process = 0;               // index into Profile::processes
+  uint64_t interval_bytes = 0;        // mean sampling interval; 1 = exact mode
+  uint64_t copy_interval_bytes = 0;   // the same for copy volume
+  bool python_allocator = false;      // pymalloc allocations were hooked (Python lines get them)
+  int64_t peak_heap_bytes = 0, peak_heap_t_ns = 0;  // estimated live heap at its peak, and when
+  int64_t peak_rss_bytes = 0, peak_rss_t_ns = 0;    // highest RSS measured, and when
+  int64_t end_heap_bytes = 0;         // estimated live heap when the stream ended
+  std::vector<MemoryPoint> timeline;  // in time order, >= 10 Hz while the process ran
+  bool operator==(const ProcessMemory&) const = default;
+};
+
+enum class LeakKind : uint8_t {
+  kUnfreedAtExit = 0,  // sampled allocations of this site were still live when the process exited
+  kGrowth = 1,         // the site's live bytes grew steadily over the run (servers that never exit)
+};
+
+// A site (allocation stack) that looks like a leak. Figures are estimates unless in exact mode.
+struct LeakCandidate {
+  uint32_t process = 0;              // index into Profile::processes
+  uint32_t stack = 0;                // the allocation stack (index into Profile::stacks)
+  LeakKind kind = LeakKind::kUnfreedAtExit;
+  int64_t bytes = 0;                 // estimated bytes live (at exit; or at the end of the growth)
+  int64_t count = 0;                 // estimated blocks
+  int64_t growth_bytes_per_s = 0;    // slope of the site's live bytes over the run
+  uint32_t confidence_permille = 0;  // 0..1000
+  bool operator==(const LeakCandidate&) const = default;
+};
+
 struct Profile {
   // Set by the reader to the file's version; the writer always writes the current one.
   uint16_t version_major = 0, version_minor = 0;
@@ -140,6 +178,8 @@ struct Profile {
   std::vector<FunctionStat> functions;
   std::vector<LineStat> lines;
   std::vector<std::string> warnings;  // run-level warnings (missing debug info, ...)
+  std::vector<ProcessMemory> memory;  // one per process that had memory profiling on
+  std::vector<LeakCandidate> leaks;   // most important first
 
   const std::string& str(uint32_t i) const { return i < strings.size() ? strings[i] : strings[0]; }
   // Index of the metric named `name`, or kNone.
