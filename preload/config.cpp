@@ -23,10 +23,10 @@ bool parse_uint(const char* s, unsigned long lo, unsigned long hi, unsigned long
 }  // namespace
 
 void load_config(Config& cfg, void (*report)(const char* msg)) {
-  static char buf[6][768];
+  static char buf[8][768];
   int nbuf = 0;
   auto complain = [&](const char* fmt, const char* name, const char* value) {
-    if (nbuf >= 6) return;
+    if (nbuf >= 8) return;
     snprintf(buf[nbuf], sizeof buf[nbuf], fmt, name, value);
     report(buf[nbuf++]);
   };
@@ -98,6 +98,31 @@ void load_config(Config& cfg, void (*report)(const char* msg)) {
       cfg.unwinder = UnwinderKind::kLibunwind;
     else
       complain("%s=%s is not an unwinder (cfi or libunwind); using cfi", "MLPROF_UNWINDER", unw);
+  }
+
+  if (const char* mem = getenv("MLPROF_MEMORY")) {
+    if (strcmp(mem, "0") == 0)
+      cfg.memory = false;
+    else if (strcmp(mem, "1") == 0)
+      cfg.memory = true;
+    else
+      complain("%s=%s is not 0 (memory profiling off) or 1 (on); memory profiling stays on", "MLPROF_MEMORY", mem);
+  }
+
+  if (const char* iv = getenv("MLPROF_MEM_INTERVAL")) {
+    if (parse_uint(iv, 1, kMaxMemInterval, &v))
+      cfg.mem_interval = v;
+    else
+      complain("%s=%s is not a sampling interval in bytes (1 = every allocation, up to 2^40); "
+               "using 524288", "MLPROF_MEM_INTERVAL", iv);
+  }
+
+  if (const char* iv = getenv("MLPROF_COPY_INTERVAL")) {
+    if (parse_uint(iv, 0, kMaxMemInterval, &v))
+      cfg.copy_interval = v;
+    else
+      complain("%s=%s is not a sampling interval in bytes (0 = copies not sampled, up to 2^40); "
+               "using 1048576", "MLPROF_COPY_INTERVAL", iv);
   }
 }
 

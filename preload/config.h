@@ -7,6 +7,12 @@
 
 namespace mlprof::preload {
 
+// Mean allocated bytes between two sampled allocations (docs/how-it-works.md, "Memory", says
+// how it was chosen), and between two sampled memcpy/memmove calls.
+inline constexpr uint64_t kDefaultMemInterval = 512 * 1024;
+inline constexpr uint64_t kDefaultCopyInterval = 1024 * 1024;
+inline constexpr uint64_t kMaxMemInterval = uint64_t{1} << 40;
+
 enum class UnwinderKind : uint8_t { kCfi, kLibunwind };
 // cpu: CPU-time sampling only. wall: also off-CPU waits of blocked threads (preload/wall_sampler.h).
 enum class ProfileMode : uint8_t { kCpu, kWall };
@@ -21,6 +27,10 @@ struct Config {
   TimerSource timer = TimerSource::kPerfTaskClock;  // MLPROF_TIMER: perf (default) or timer
   bool quiet = false;            // MLPROF_QUIET=1: no stderr messages from the preload
   ProfileMode mode = ProfileMode::kCpu;  // MLPROF_MODE: cpu (default) or wall
+  // Memory profiling (preload/mem_*.h, docs/usage.md).
+  bool memory = true;                          // MLPROF_MEMORY: 0 turns it off
+  uint64_t mem_interval = kDefaultMemInterval;  // MLPROF_MEM_INTERVAL: bytes; 1 = exact mode
+  uint64_t copy_interval = kDefaultCopyInterval;  // MLPROF_COPY_INTERVAL: bytes; 0 = copies not sampled
 };
 
 // Wall mode's tick: one wall-clock sampling period, 1/rate, but at least 1 ms.

@@ -14,6 +14,7 @@
 
 #include "common/wire_format.h"
 #include "preload/config.h"
+#include "preload/mem_profiler.h"
 #include "preload/python.h"
 #include "preload/runtime.h"
 #include "preload/sampler.h"
@@ -68,30 +69,45 @@ void report(const char* msg) {
   errno = saved;
 }
 
-void on_thread_exit(void*) { g_threads.retire_current(clock_ns(CLOCK_MONOTONIC)); }
+void on_thread_exit(void*) {
+  mem::Guard guard;
+  g_threads.retire_current(clock_ns(CLOCK_MONOTONIC));
+}
 
 void register_thread() {
+  mem::Guard guard;  // pthread_setspecific may allocate
   ThreadSlot* s = g_threads.register_current(g_cfg.signo, g_period_ns, clock_ns(CLOCK_MONOTONIC));
   if (s) pthread_setspecific(g_thread_key, s);
 }
 
+// The forking thread holds the memory hooks' guard from prepare to parent/child: other atfork
+// handlers may allocate while the table's locks are held.
 void fork_prepare() {
+  ++mem::t_mem.guard;
   if (g_active) g_writer->fork_prepare();
+  mem::fork_prepare();
 }
 void fork_parent() {
+  mem::fork_parent();
   if (g_active) g_writer->fork_parent();
+  --mem::t_mem.guard;
 }
 void fork_child() {
-  if (!g_active) return;
-  g_pid = getpid();
-  g_threads.reset_after_fork(g_cfg.signo, g_period_ns, clock_ns(CLOCK_MONOTONIC));
-  if (t_slot) pthread_setspecific(g_thread_key, t_slot);
-  g_writer->fork_child(clock_ns(CLOCK_REALTIME), clock_ns(CLOCK_MONOTONIC));
+  mem::fork_child();
+  if (g_active) {
+    g_pid = getpid();
+    g_threads.reset_after_fork(g_cfg.signo, g_period_ns, clock_ns(CLOCK_MONOTONIC));
+    if (t_slot) pthread_setspecific(g_thread_key, t_slot);
+    g_writer->fork_child(clock_ns(CLOCK_REALTIME), clock_ns(CLOCK_MONOTONIC));
+  }
+  --mem::t_mem.guard;
 }
 
 void on_process_exit(int status, void*) {
   if (!g_active || getpid() != g_pid) return;
+  mem::Guard guard;
   g_sampler.sampling.store(false, std::memory_order_release);
+  mem::set_recording(false);  // allocations from here on (atexit, destructors) are not recorded
   g_threads.stop_all_timers();
   g_writer->finish(wire::EndReason::kExit, status);
   g_active = false;
@@ -121,7 +137,14 @@ bool init_unwinder() {
   return false;
 }
 
+// Memory profiling stays off unless the constructor got as far as turning it on.
+struct SettleMemory {
+  ~SettleMemory() { mem::settle_off(); }
+};
+
 __attribute__((constructor)) void mlprof_preload_init() {
+  mem::Guard guard;  // the preload's own allocations are not the program's
+  SettleMemory settle;
   load_config(g_cfg, report);
   if (!g_cfg.enabled) return;
   g_pid = getpid();
@@ -131,6 +154,12 @@ __attribute__((constructor)) void mlprof_preload_init() {
     return;
   }
   if (!init_unwinder()) report("no unwinder available: stacks hold the interrupted pc only");
+  if (g_cfg.memory) {
+    if (mem::init(g_cfg.mem_interval, g_cfg.copy_interval))
+      mem::hooks_init();
+    else
+      report("cannot map memory for the memory profiler's tables; memory profiling is off");
+  }
   g_sampler.unwinder = g_cfg.unwinder;
   const char* why = nullptr;
   if (!install_sample_handler(g_cfg.signo, &why)) {
@@ -162,6 +191,7 @@ __attribute__((constructor)) void mlprof_preload_init() {
     report("no sampling clock could be started for the main thread (perf events and POSIX timers both failed)");
   g_active = true;
   g_sampler.sampling.store(true, std::memory_order_release);
+  mem::set_recording(true);
   pthread_atfork(fork_prepare, fork_parent, fork_child);
   on_exit(on_process_exit, nullptr);
 }
@@ -179,7 +209,7 @@ void thread_begin() {
 }
 
 void before_dlclose() {
-  if (g_active && in_original_process()) g_writer->sync_cycle();
+  if (g_active && in_original_process()) g_writer->sync_cycle();  // guarded inside
   ++t_in_loader;
 }
 
@@ -190,7 +220,9 @@ void after_dlclose() {
 
 void before_exec() {
   if (!g_active || !in_original_process()) return;
+  mem::Guard guard;
   g_sampler.sampling.store(false, std::memory_order_release);
+  mem::set_recording(false);
   // Every sampling clock must be stopped before the exec: a tick during or after it would leave
   // a sampling signal pending for the new image, whose default action for it is to terminate.
   // A signal already pending is delivered to our handler when stopping returns to user space.
@@ -200,10 +232,13 @@ void before_exec() {
 
 void after_exec_failed() {
   if (!g_active || !in_original_process()) return;
+  mem::Guard guard;
   // The exec failed and we go on: this thread gets a clock again (other threads stay unsampled).
   g_threads.restart_current_timer(g_cfg.signo, g_period_ns);
-  if (g_writer->restart(clock_ns(CLOCK_REALTIME), clock_ns(CLOCK_MONOTONIC)))
+  if (g_writer->restart(clock_ns(CLOCK_REALTIME), clock_ns(CLOCK_MONOTONIC))) {
     g_sampler.sampling.store(true, std::memory_order_release);
+    mem::set_recording(true);
+  }
 }
 
 void before_exit(int status) {
@@ -213,6 +248,7 @@ void before_exit(int status) {
 
 char* const* env_for_exec(char* const* envp) {
   if (!g_active || !in_original_process() || !g_saved_env) return envp;
+  mem::Guard guard;
   bool has_ours = false, has_preload = false;
   size_t n = 0;
   const char* key = g_cfg.socket_path[0] ? "MLPROF_SOCKET=" : "MLPROF_OUTPUT_DIR=";

@@ -2,7 +2,8 @@
 // kernel interrupted, at any instruction, possibly inside malloc, the loader or a lock.
 //
 // Allowed here: loads/stores to preallocated memory (the thread's ring and slot), atomics,
-//   clock_gettime (vDSO), the unwinder's signal-safe entry points.
+//   clock_gettime (vDSO), the unwinder's signal-safe entry points, the memory hooks' guard
+//   (mem_thread.h: held for the whole handler, so nothing it calls is sampled).
 // Forbidden here: malloc/free/new, locks, stdio, dlsym/dl_iterate_phdr, C++ exceptions,
 //   thread_locals with dynamic initialization, anything that may change errno (saved/restored).
 // Functions reachable from the handler are marked `// signal-safe`.
@@ -16,6 +17,7 @@
 #include <cstring>
 
 #include "common/wire_format.h"
+#include "preload/mem_thread.h"
 #include "preload/thread_timer.h"
 #include "preload/threads.h"
 #include "preload/unwinder.h"
@@ -37,6 +39,9 @@ bool in_syscall(uint64_t pc) {
 
 // signal-safe
 void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
+  // Whatever the handler calls (a memcpy the compiler did not inline) is not the program's, and
+  // must never reach the memory hooks' slow paths in signal context.
+  mem::Guard guard;
   const int saved_errno = errno;
   ThreadSlot* slot = t_slot;
   if (slot == nullptr || !g_sampler.sampling.load(std::memory_order_relaxed)) {

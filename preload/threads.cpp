@@ -10,6 +10,8 @@
 #include <cstring>
 #include <new>
 
+#include "preload/mem_thread.h"
+
 namespace mlprof::preload {
 
 __thread ThreadSlot* t_slot __attribute__((tls_model("initial-exec"))) = nullptr;
@@ -45,6 +47,7 @@ bool ThreadRegistry::init() {
 
 ThreadSlot* ThreadRegistry::register_current(int signo, int64_t period_ns, int64_t now_ns) {
   if (!slots_ || t_slot) return t_slot;
+  mem::Guard guard;  // its mmaps and pthread_getattr_np's allocations are the preload's own
   int saved_errno = errno;
   ThreadSlot* s = nullptr;
   for (uint32_t i = 0; i < kMaxThreads; ++i) {
@@ -113,6 +116,11 @@ void ThreadRegistry::release(ThreadSlot* s) {
   if (s->ring_mem) munmap(s->ring_mem, kRingBytes);
   s->ring_mem = nullptr;
   s->ring.init(nullptr, 0);
+  s->mem_ring_ready.store(false, std::memory_order_relaxed);
+  if (s->mem_ring_mem) munmap(s->mem_ring_mem, s->mem_ring_bytes);
+  s->mem_ring_mem = nullptr;
+  s->mem_ring_bytes = 0;
+  s->mem_ring.init(nullptr, 0);
   s->state.store(kSlotFree, std::memory_order_release);
 }
 

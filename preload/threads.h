@@ -41,6 +41,14 @@ struct ThreadSlot {
   // Written by this thread's signal handler only; read by the writer.
   std::atomic<uint64_t> samples{0}, dropped{0}, unwind_stopped{0}, leaf_only{0}, ticks{0};
 
+  // Memory events (preload/mem_events.h): produced by this thread in normal context, consumed by
+  // the writer. Mapped by the thread on its first event (mem_ring_ready, release), unmapped by
+  // release().
+  Ring mem_ring;
+  uint8_t* mem_ring_mem = nullptr;
+  uint32_t mem_ring_bytes = 0;
+  std::atomic<bool> mem_ring_ready{false};
+
   // Writer-side bookkeeping.
   bool announced = false;
   char sent_name[16] = {};

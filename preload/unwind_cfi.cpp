@@ -278,6 +278,18 @@ UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_
                      pcs, max_frames);
 }
 
+bool cfi_ready() { return g_snapshot.load(std::memory_order_acquire) != nullptr; }
+
+// noinline: its frame must be a real frame of the stack it unwinds.
+__attribute__((noinline)) UnwindResult unwind_cfi_here(const StackBounds& bounds, uint64_t* pcs, int max_frames) {
+  uint64_t rip, rsp, rbp;
+  // The address of the lea itself, and rsp/rbp at that instruction: the CFI row in force at rip
+  // describes exactly this rsp.
+  asm volatile("1: lea 1b(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(rip), "=r"(rsp), "=r"(rbp));
+  DirectReader rd{bounds};
+  return unwind_loop(rip, rsp, rbp, true, rd, pcs, max_frames);
+}
+
 UnwindResult unwind_cfi_regs(uint64_t rip, uint64_t rsp, uint64_t rbp, const StackBounds& bounds, uint64_t* pcs,
                              int max_frames) {
   CopyReader rd(bounds, static_cast<pid_t>(syscall(SYS_getpid)));

@@ -30,6 +30,14 @@ UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_
 // stack is then garbage, never a fault).
 UnwindResult unwind_cfi_regs(uint64_t rip, uint64_t rsp, uint64_t rbp, const StackBounds& bounds, uint64_t* pcs,
                              int max_frames);
+// NOT signal context: a hook (malloc...) unwinding the CALLING thread's own stack, from the point
+// where this function is called (its own frame is pcs[0], then the frames of its callers: the
+// caller cuts off its own frames). Reads only inside bounds (the thread's slot->bounds). Always
+// the CFI tables, whatever MLPROF_UNWINDER says: the writer builds them when memory profiling is
+// on. Until the first table is built only the first frame (and one frame-pointer step) is found.
+UnwindResult unwind_cfi_here(const StackBounds& bounds, uint64_t* pcs, int max_frames);
+// Whether the CFI tables have been built once (the writer does it first thing). signal-safe
+bool cfi_ready();
 // signal-safe (as far as libunwind's local unwinding is; see unwind_libunwind.cpp)
 UnwindResult unwind_libunwind(const void* ucontext, uint64_t* pcs, int max_frames);
 

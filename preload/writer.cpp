@@ -11,6 +11,9 @@
 #include <cstring>
 
 #include "preload/config.h"
+#include "preload/mem_events.h"
+#include "preload/mem_profiler.h"
+#include "preload/mem_python.h"
 #include "preload/sampler.h"
 #include "preload/unwinder.h"
 
@@ -19,6 +22,10 @@ namespace {
 
 constexpr int kCycleMs = 10;           // ring drain interval
 constexpr int64_t kSlowNs = 1000000000;  // names, counters, handler check: once a second
+// MEM_USAGE: at least 10 Hz. Sent by the first cycle at least kUsageNs after the previous one;
+// cycles come every kCycleMs (CPU mode) or are woken for it (wall mode), so the spacing stays
+// within kUsageNs + one cycle + scheduling delays: below 100 ms unless the machine is overloaded.
+constexpr int64_t kUsageNs = 80'000'000;
 
 int64_t mono_ns() {
   struct timespec ts;
@@ -72,6 +79,8 @@ bool Writer::start(int64_t start_realtime_ns, int64_t start_mono_ns, int64_t per
   start_mono_ns_ = start_mono_ns;
   period_ns_ = period_ns;
   last_sample_ns_ = start_mono_ns;
+  last_mem_ns_ = start_mono_ns;
+  last_usage_ns_ = 0;
   wall_.set_period(wall_period_ns(cfg_));
   next_tick_ns_ = start_mono_ns + wall_.period_ns();
   ended_ = false;
@@ -80,6 +89,7 @@ bool Writer::start(int64_t start_realtime_ns, int64_t start_mono_ns, int64_t per
   enc_.clear();
   enc_.header();
   send_process_start();
+  if (mem::enabled()) send_mem_config();
   flush_out();
   // The module map (and with it the CFI tables and the Python detection) comes first thing on the
   // writer thread, off the program's start-up path; samples taken before then unwind as far as
@@ -102,6 +112,8 @@ bool Writer::start(int64_t start_realtime_ns, int64_t start_mono_ns, int64_t per
 }
 
 void* Writer::thread_main(void* self) {
+  // The writer allocates (std::vector, std::string): never sampled, for its whole life.
+  ++mem::t_mem.guard;
   prctl(PR_SET_NAME, "mlprof-writer", 0, 0, 0);
   static_cast<Writer*>(self)->loop();
   return nullptr;
@@ -115,7 +127,11 @@ void Writer::loop() {
   }
   pthread_mutex_unlock(&mu_);
   while (!stop_.load(std::memory_order_acquire)) {
-    int cmd = transport_.wait_command(cycle_timeout_ms());
+    int timeout = cycle_timeout_ms();
+    // A long wall period (low MLPROF_RATE) must not space MEM_USAGE records more than 100 ms
+    // apart: the cycle is woken early (a wall tick that is not due does nothing).
+    if (mem::enabled() && timeout > kCycleMs) timeout = kCycleMs;
+    int cmd = transport_.wait_command(timeout);
     pthread_mutex_lock(&mu_);
     if (ended_ || stop_.load(std::memory_order_acquire)) {
       pthread_mutex_unlock(&mu_);
@@ -130,6 +146,7 @@ void Writer::loop() {
       flush_out();
     } else if (cmd == static_cast<int>(wire::Command::kDetach)) {
       g_sampler.sampling.store(false, std::memory_order_release);
+      mem::set_recording(false);
       threads_.stop_all_timers();
       cycle(true);
       end_stream(wire::EndReason::kDetached, -1);
@@ -153,6 +170,7 @@ int Writer::cycle_timeout_ms() {
 }
 
 void Writer::finish(wire::EndReason reason, int status) {
+  mem::Guard guard;  // on an application thread: the final cycle allocates
   bool was_running = running_.exchange(false, std::memory_order_acq_rel);
   stop_.store(true, std::memory_order_release);
   if (was_running && !pthread_equal(pthread_self(), thread_)) pthread_join(thread_, nullptr);
@@ -165,6 +183,7 @@ void Writer::finish(wire::EndReason reason, int status) {
 }
 
 void Writer::end_stream(wire::EndReason reason, int status) {
+  if (mem::enabled()) send_mem_usage(mono_ns());  // the last point of the timeline
   send_counters();
   enc_.begin(wire::Record::kProcessEnd);
   enc_.u(static_cast<uint64_t>(mono_ns()));
@@ -220,8 +239,9 @@ void Writer::send_modules(bool force) {
   std::vector<uint32_t> removed;
   modules_.rescan(added, removed);
   if (!added.empty() || !removed.empty()) {
-    // Wall mode unwinds blocked threads with the CFI tables whatever the handler's unwinder is.
-    if (cfg_.unwinder == UnwinderKind::kCfi || wall_mode()) cfi_refresh_modules();
+    // Wall mode unwinds blocked threads, and the memory hooks their own thread, with the CFI
+    // tables whatever the handler's unwinder is.
+    if (cfg_.unwinder == UnwinderKind::kCfi || wall_mode() || mem::enabled()) cfi_refresh_modules();
   }
   // Another library may now occupy the addresses of an unloaded one: the same pcs would then mean
   // other code, so stack ids start afresh.
@@ -380,6 +400,7 @@ void Writer::cycle(bool final) {
     if (st == kSlotActive) {
       if (!s->announced) announce_thread(s);
       drain_slot(s);
+      if (s->mem_ring_ready.load(std::memory_order_acquire)) drain_mem(s->mem_ring);
       if (wall) wall_.tick(s, now, python, *this);
       if (slow) {
         std::string name = thread_comm(s->tid);
@@ -394,6 +415,7 @@ void Writer::cycle(bool final) {
     } else if (st == kSlotRetired) {
       if (!s->announced) announce_thread(s);
       drain_slot(s);
+      if (s->mem_ring_ready.load(std::memory_order_acquire)) drain_mem(s->mem_ring);
       if (s->end_name[0] && strcmp(s->end_name, s->sent_name) != 0) {
         enc_.begin(wire::Record::kThreadName);
         enc_.u(s->tid);
@@ -412,6 +434,7 @@ void Writer::cycle(bool final) {
       threads_.release(s);
     }
   }
+  check_memory(now, final);
   if (slow) {
     last_slow_check_ns_ = now;
     if (!final) send_counters();
@@ -466,13 +489,26 @@ void Writer::send_counters() {
       {wire::Counter::kPyCodes, next_code_id_ - 1},
       {wire::Counter::kWaitSamples, wall_.wait_samples},  // these two: wall mode only
       {wire::Counter::kWallUnwinds, wall_.unwinds},
+      {wire::Counter::kMemSamples, mem_samples_},  // these five: memory profiling only
+      {wire::Counter::kMemFrees, mem_frees_},
+      {wire::Counter::kMemDropped, mem::g_mem.dropped.load(std::memory_order_relaxed)},
+      {wire::Counter::kCopySamples, copy_samples_},
+      {wire::Counter::kMemTableFull, mem::g_mem.table_full.load(std::memory_order_relaxed)},
   };
-  const size_t n = sizeof counters / sizeof counters[0] - (wall_mode() ? 0 : 2);
+  const bool wall = wall_mode(), memory = mem::enabled();
+  auto sent = [&](wire::Counter c) {
+    if (c == wire::Counter::kWaitSamples || c == wire::Counter::kWallUnwinds) return wall;
+    if (c >= wire::Counter::kMemSamples && c <= wire::Counter::kMemTableFull) return memory;
+    return true;
+  };
+  size_t n = 0;
+  for (const auto& [c, v] : counters) n += sent(c);
   enc_.begin(wire::Record::kCounters);
   enc_.u(n);
-  for (size_t i = 0; i < n; ++i) {
-    enc_.u(static_cast<uint8_t>(counters[i].first));
-    enc_.u(counters[i].second);
+  for (const auto& [c, v] : counters) {
+    if (!sent(c)) continue;
+    enc_.u(static_cast<uint8_t>(c));
+    enc_.u(v);
   }
   enc_.end();
 }
@@ -487,6 +523,7 @@ void Writer::flush_out() {
 void Writer::fork_prepare() { pthread_mutex_lock(&mu_); }
 
 void Writer::sync_cycle() {
+  mem::Guard guard;  // on an application thread
   pthread_mutex_lock(&mu_);
   if (!ended_) cycle(false);
   pthread_mutex_unlock(&mu_);
@@ -501,12 +538,15 @@ void Writer::reset_stream_state() {
   codes_.clear();
   next_code_id_ = 1;
   python_announced_ = false;
+  mem_python_sent_ = false;
+  last_mem_ns_ = 0;  // start() sets the new stream's base
   modules_.reset();
   modules_dirty_.store(true);
   enc_.clear();
 }
 
 bool Writer::restart(int64_t start_realtime_ns, int64_t start_mono_ns) {
+  mem::Guard guard;  // on an application thread
   pthread_mutex_lock(&mu_);
   reset_stream_state();
   pthread_mutex_unlock(&mu_);
@@ -528,9 +568,99 @@ void Writer::fork_child(int64_t start_realtime_ns, int64_t start_mono_ns) {
   wall_.wait_samples = wall_.unwinds = wall_.reads = 0;
   retired_samples_ = retired_dropped_ = retired_stopped_ = retired_leaf_ = retired_ticks_ = 0;
   threads_seen_ = 0;
+  mem_samples_ = mem_frees_ = copy_samples_ = 0;
+  // The parent's /proc/self/statm: /proc/self was resolved when it was opened.
+  if (statm_fd_ >= 0) close(statm_fd_);
+  statm_fd_ = -1;
   handler_lost_reported_ = false;
   pending_messages_.clear();
   start(start_realtime_ns, start_mono_ns, period_ns_);
+}
+
+// ---- memory profiling -----------------------------------------------------------------------
+
+void Writer::send_mem_config() {
+  enc_.begin(wire::Record::kMemConfig);
+  enc_.u(mem::g_mem.interval);
+  enc_.u(mem::g_mem.copy_interval);
+  const uint64_t flags = mem::wire_flags();
+  enc_.u(flags);
+  enc_.end();
+  mem_python_sent_ = (flags & wire::kMemPythonAllocator) != 0;
+}
+
+void Writer::send_mem_usage(int64_t now) {
+  if (statm_fd_ < 0) statm_fd_ = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (statm_fd_ < 0) return;
+  char buf[128];
+  const ssize_t n = pread(statm_fd_, buf, sizeof buf - 1, 0);
+  if (n <= 0) return;
+  buf[n] = 0;
+  // "size resident shared text lib data dt", in pages
+  unsigned long long size = 0, resident = 0;
+  if (sscanf(buf, "%llu %llu", &size, &resident) != 2) return;
+  static const long page = sysconf(_SC_PAGESIZE);
+  enc_.begin(wire::Record::kMemUsage);
+  enc_.u(static_cast<uint64_t>(now));
+  enc_.u(static_cast<uint64_t>(resident) * static_cast<uint64_t>(page > 0 ? page : 4096));
+  enc_.end();
+  last_usage_ns_ = now;
+}
+
+// Once per cycle: the memory events of threads without a slot, the Python allocator hook (once
+// the interpreter runs), and the RSS timeline.
+void Writer::check_memory(int64_t now, bool final) {
+  if (!mem::enabled()) return;
+  if (mem::g_fallback.valid()) drain_mem(mem::g_fallback.ring());
+  if (!mem_python_sent_ && g_sampler.python.load(std::memory_order_relaxed) && mem::python_try_hook())
+    send_mem_config();  // again, now with kMemPythonAllocator
+  if (!final && now - last_usage_ns_ >= kUsageNs) send_mem_usage(now);
+}
+
+void Writer::drain_mem(Ring& ring) {
+  ring.drain([&](const uint8_t* data, uint32_t len) {
+    mem::RawMemEvent ev;
+    if (len < sizeof ev) return;
+    memcpy(&ev, data, sizeof ev);
+    const int64_t delta = ev.t_ns - last_mem_ns_;
+    if (ev.kind == static_cast<uint8_t>(mem::EventKind::kFree)) {
+      enc_.begin(wire::Record::kFree);
+      enc_.u(ev.alloc_id);
+      enc_.s(delta);
+      enc_.end();
+      ++mem_frees_;
+    } else {
+      if (sizeof ev + ev.nframes * sizeof(uint64_t) + ev.npy * sizeof(python::RawPyFrame) > len) return;
+      const auto* pcs = reinterpret_cast<const uint64_t*>(data + sizeof ev);
+      const auto* py = reinterpret_cast<const python::RawPyFrame*>(pcs + ev.nframes);
+      const uint64_t id = stack_id(pcs, ev.nframes, ev.flags, py, ev.npy);
+      if (ev.kind == static_cast<uint8_t>(mem::EventKind::kAlloc)) {
+        enc_.begin(wire::Record::kAlloc);
+        enc_.u(ev.tid);
+        enc_.u(id);
+        enc_.s(delta);
+        enc_.u(ev.alloc_id);
+        enc_.u(ev.size);
+        enc_.u(ev.weight);
+        enc_.u(ev.alloc_kind);
+        enc_.end();
+        ++mem_samples_;
+      } else if (ev.kind == static_cast<uint8_t>(mem::EventKind::kCopy)) {
+        enc_.begin(wire::Record::kCopy);
+        enc_.u(ev.tid);
+        enc_.u(id);
+        enc_.s(delta);
+        enc_.u(ev.weight);
+        enc_.u(ev.size);
+        enc_.end();
+        ++copy_samples_;
+      } else {
+        return;
+      }
+    }
+    last_mem_ns_ = ev.t_ns;
+    if (enc_.out().size() > (256u << 10)) flush_out();
+  });
 }
 
 }  // namespace mlprof::preload

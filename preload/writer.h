@@ -58,6 +58,11 @@ class Writer : private WallSink {
   void send_modules(bool force);
   void send_counters();
   void drain_slot(ThreadSlot* s);
+  // Memory profiling (preload/mem_*.h).
+  void drain_mem(Ring& ring);
+  void send_mem_config();
+  void send_mem_usage(int64_t now);
+  void check_memory(int64_t now, bool final);
   void announce_thread(ThreadSlot* s);
   void flush_out();
   void end_stream(wire::EndReason reason, int status);
@@ -119,6 +124,14 @@ class Writer : private WallSink {
   uint64_t next_code_id_ = 1;
   bool python_announced_ = false;
   uint64_t py_walk_failed_ = 0;
+
+  // Memory profiling: the delta chain of ALLOC/FREE/COPY times, MEM_USAGE's schedule and
+  // /proc/self/statm (kept open; reopened in a fork child), and what this stream sent.
+  int64_t last_mem_ns_ = 0;
+  int64_t last_usage_ns_ = 0;
+  int statm_fd_ = -1;
+  bool mem_python_sent_ = false;  // MEM_CONFIG with kMemPythonAllocator went out on this stream
+  uint64_t mem_samples_ = 0, mem_frees_ = 0, copy_samples_ = 0;
 
   // Counters of threads that ended (their slots are reused).
   uint64_t retired_samples_ = 0, retired_dropped_ = 0, retired_stopped_ = 0, retired_leaf_ = 0, retired_ticks_ = 0;

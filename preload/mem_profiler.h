@@ -1,0 +1,101 @@
+// Memory profiling in the preload: what the allocation hooks (memory_hooks.cpp, mem_python.cpp)
+// call, and the switches the rest of the preload turns.
+//
+// The hooks' fast paths are the inline functions below: one thread-local countdown per
+// allocation, one filter load per free. Everything else (the Poisson decision, the stack, the
+// live-pointer table, the event ring) is in the out-of-line slow paths, which take the guard
+// (mem_thread.h) and preserve errno.
+//
+// Lifecycle: before the constructor has decided, and after the stream ended (exit, exec,
+// detach), the hooks only forward: `recording` is false. When the constructor turns memory
+// profiling off for good (MLPROF_MEMORY=0, or no profiling at all), the countdowns are parked so
+// the fast path never again calls out; after the stream ended they call out once per 64 MiB.
+// Not signal context.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/wire_format.h"
+#include "preload/mem_poisson.h"
+#include "preload/mem_table.h"
+#include "preload/mem_thread.h"
+
+namespace mlprof::preload::mem {
+
+enum class Mode : uint8_t { kUndecided = 0, kOn = 1, kOff = 2 };
+
+struct State {
+  std::atomic<bool> recording{false};  // hooks record events (the writer's stream is open)
+  std::atomic<Mode> mode{Mode::kUndecided};
+  uint64_t interval = 0;        // MLPROF_MEM_INTERVAL (1 = exact mode)
+  uint64_t copy_interval = 0;   // MLPROF_COPY_INTERVAL (0 = copies not sampled)
+  std::atomic<uint64_t> dropped{0};     // wire::Counter::kMemDropped
+  std::atomic<uint64_t> table_full{0};  // wire::Counter::kMemTableFull
+  std::atomic<uint64_t> next_id_block{1};
+  std::atomic<bool> python_hooked{false};  // CPython's MEM and OBJ domains are wrapped
+  LiveTable table;
+};
+extern State g_mem;
+
+// How long a producer waits for ring space: exact mode for every event (up to the transport's own
+// 2 s give-up), sampled mode for FREE records only, briefly (a lost free would become a false
+// leak; 50 writer cycles is ample unless the writer is stuck).
+inline constexpr int64_t kRingWaitNs = 2'000'000'000;
+inline constexpr int64_t kFreeWaitSampledNs = 500'000'000;
+// Sampled mode, ALLOC and COPY: a short wait, so that a writer delayed by a busy machine does not
+// bias the estimates (every lost sample is lost weight); past it the sample is dropped and counted.
+inline constexpr int64_t kSampleWaitSampledNs = 20'000'000;
+// A parked countdown: 2^62 bytes before the next slow path (memory profiling off for good).
+inline constexpr int64_t kParked = int64_t{1} << 62;
+// An idle one (the stream ended, it may restart): one slow path per 64 MiB allocated.
+inline constexpr int64_t kIdleBytes = int64_t{64} << 20;
+
+// Constructor: sets up the table and the fallback ring for these intervals. false when memory
+// cannot be mapped (memory profiling then stays off).
+bool init(uint64_t interval, uint64_t copy_interval);
+// Constructor (defined by memory_hooks.cpp, in the preload module only): notes what the
+// interposed functions need to know about the real allocator (a malloc replacement's code range).
+void hooks_init();
+// Constructor (from hooks_init): allocations made by the preload's own code (its static
+// libstdc++'s exception pool) are not recorded. Not called by tests linking the core directly.
+void exclude_own_allocations();
+// Constructor, at its end: unless recording was turned on, memory profiling is off for good in
+// this process image (the hooks' countdowns get parked).
+void settle_off();
+inline bool exact() { return g_mem.interval == 1; }
+inline bool enabled() { return g_mem.mode.load(std::memory_order_relaxed) == Mode::kOn; }
+// Hooks record from now on / only forward from now on (stream open / ended).
+void set_recording(bool on);
+uint64_t wire_flags();  // wire::MemFlags for MEM_CONFIG
+
+// fork: called by entry.cpp's atfork handlers, which hold the guard from prepare to parent/child.
+// prepare takes the fallback lock and every table stripe; the child starts with an empty table.
+void fork_prepare();
+void fork_parent();
+void fork_child();
+
+// Slow paths (out of line; guard taken, errno preserved). `caller` is the hook's return
+// address: the leaf of the recorded stack.
+void sampled_alloc(void* p, uint64_t size, wire::AllocKind kind, uint64_t caller);
+void tracked_free(void* p);
+void sampled_copy(uint64_t size, uint64_t caller);
+
+// ---- the hooks' fast paths --------------------------------------------------------------------
+
+// After a successful allocation of `size` bytes at p.
+inline void after_alloc(void* p, uint64_t size, wire::AllocKind kind, uint64_t caller) {
+  ThreadState& t = t_mem;
+  if (p && t.guard == 0 && (t.countdown -= counted(size)) <= 0) sampled_alloc(p, size, kind, caller);
+}
+// Before p is released (free, realloc, munmap, mremap, Python free).
+inline void before_free(void* p) {
+  if (g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(p)) && t_mem.guard == 0) tracked_free(p);
+}
+// Before a memcpy/memmove of n bytes.
+inline void before_copy(uint64_t n, uint64_t caller) {
+  ThreadState& t = t_mem;
+  if (t.guard == 0 && (t.copy_countdown -= counted(n)) <= 0) sampled_copy(n, caller);
+}
+
+}  // namespace mlprof::preload::mem

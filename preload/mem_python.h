@@ -1,0 +1,24 @@
+// Memory profiling of Python objects: CPython's own allocator (pymalloc) serves most objects
+// from arenas it carves itself, so malloc never sees them. Once an interpreter mlprof can read
+// is running, the writer wraps the MEM and OBJ allocator domains (PyMem_GetAllocator /
+// PyMem_SetAllocator, found with dlsym(RTLD_DEFAULT)): each wrapper calls the original allocator
+// and samples the block like malloc does (AllocKind::kPython), with the Python frames of the
+// calling thread. See docs/how-it-works.md ("Memory") for why this and not arena attribution or
+// PYTHONMALLOC=malloc.
+//
+// The wrappers ignore their ctx argument and call the saved originals through globals, and the
+// struct given to PyMem_SetAllocator carries the ORIGINAL ctx: a thread that reads the allocator
+// struct while it is being replaced (a torn read: new function and old ctx, or the reverse) still
+// ends up in the original allocator with its own ctx. The guard is held around the original
+// call, so its nested malloc/mmap (large objects, new arenas) is not counted a second time.
+// Writer thread only (try_hook); the wrappers run on Python threads, not in signal context.
+#pragma once
+
+namespace mlprof::preload::mem {
+
+// Wraps the domains once the interpreter is initialised (Py_IsInitialized): before that, its
+// start-up may still replace the allocators. true once they are wrapped (and from then on).
+// Needs a supported interpreter (python::detect()) and memory profiling on.
+bool python_try_hook();
+
+}  // namespace mlprof::preload::mem

@@ -1,0 +1,221 @@
+#include "preload/mem_table.h"
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace mlprof::preload::mem {
+namespace {
+
+// Raw system calls: inside the preload, mmap and munmap are our own hooks.
+void* sys_map(size_t bytes) {
+  long r = syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return (r < 0 && r > -4096) ? nullptr : reinterpret_cast<void*>(r);
+}
+void sys_unmap(void* p, size_t bytes) { syscall(SYS_munmap, p, bytes); }
+
+}  // namespace
+
+uint64_t LiveTable::mix(uint64_t x) {  // murmur3's fmix64: every input bit reaches every output bit
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+bool LiveTable::init() {
+  if (filter_) return true;
+  const int saved = errno;
+  filter_ = static_cast<uint8_t*>(sys_map(kFilterSize));
+  errno = saved;
+  return filter_ != nullptr;
+}
+
+void LiveTable::destroy() {
+  for (Stripe& s : stripes_) {
+    if (s.slots) sys_unmap(s.slots, size_t{s.cap} * sizeof(Entry));
+    s.slots = nullptr;
+    s.cap = s.count = 0;
+    s.lock.store(0);
+  }
+  if (filter_) sys_unmap(filter_, kFilterSize);
+  filter_ = nullptr;
+}
+
+void LiveTable::lock(Stripe& s) {
+  for (int spins = 0;; ++spins) {
+    if (s.lock.load(std::memory_order_relaxed) == 0 && s.lock.exchange(1, std::memory_order_acquire) == 0) return;
+    if (spins < 64) {
+      __builtin_ia32_pause();
+    } else {
+      // Held across a fork (lock_all) or by a preempted thread: let it run.
+      syscall(SYS_sched_yield);
+    }
+  }
+}
+
+void LiveTable::filter_add(uint64_t ptr) {
+  uint8_t* c = &filter_[filter_index(ptr)];
+  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
+  while (v != 255 && !__atomic_compare_exchange_n(c, &v, static_cast<uint8_t>(v + 1), true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  }
+}
+
+void LiveTable::filter_sub(uint64_t ptr) {
+  uint8_t* c = &filter_[filter_index(ptr)];
+  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
+  while (v != 255 && v != 0 && !__atomic_compare_exchange_n(c, &v, static_cast<uint8_t>(v - 1), true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  }
+}
+
+bool LiveTable::grow(Stripe& s) {
+  const uint32_t ncap = s.cap ? s.cap * 2 : kInitialSlots;
+  if (ncap > kMaxStripeSlots) return false;
+  auto* n = static_cast<Entry*>(sys_map(size_t{ncap} * sizeof(Entry)));
+  if (!n) return false;
+  const uint32_t mask = ncap - 1;
+  for (uint32_t i = 0; i < s.cap; ++i) {
+    const Entry& e = s.slots[i];
+    if (!e.ptr) continue;
+    uint32_t j = static_cast<uint32_t>(mix(e.ptr) >> 8) & mask;
+    while (n[j].ptr) j = (j + 1) & mask;
+    n[j] = e;
+  }
+  if (s.slots) sys_unmap(s.slots, size_t{s.cap} * sizeof(Entry));
+  s.slots = n;
+  s.cap = ncap;
+  return true;
+}
+
+bool LiveTable::insert(uint64_t ptr, uint64_t id, uint64_t* replaced) {
+  *replaced = 0;
+  if (!filter_ || ptr == 0) return false;
+  const uint64_t h = mix(ptr);
+  Stripe& s = stripes_[h & (kStripes - 1)];
+  const int saved = errno;
+  lock(s);
+  if ((s.count + 1) * 2 > s.cap && !grow(s)) {
+    // Full: an existing entry may still be replaced.
+    bool found = false;
+    if (s.cap) {
+      const uint32_t mask = s.cap - 1;
+      for (uint32_t j = static_cast<uint32_t>(h >> 8) & mask; s.slots[j].ptr; j = (j + 1) & mask) {
+        if (s.slots[j].ptr == ptr) {
+          *replaced = s.slots[j].id;
+          s.slots[j].id = id;
+          found = true;
+          break;
+        }
+      }
+    }
+    unlock(s);
+    errno = saved;
+    return found;
+  }
+  const uint32_t mask = s.cap - 1;
+  uint32_t j = static_cast<uint32_t>(h >> 8) & mask;
+  for (; s.slots[j].ptr; j = (j + 1) & mask) {
+    if (s.slots[j].ptr == ptr) {
+      *replaced = s.slots[j].id;
+      s.slots[j].id = id;
+      unlock(s);
+      errno = saved;
+      return true;
+    }
+  }
+  s.slots[j].ptr = ptr;
+  s.slots[j].id = id;
+  ++s.count;
+  // The filter counts before the allocation is returned to the program, so any later free of it
+  // (which the program orders after the allocation) sees a non-zero counter.
+  filter_add(ptr);
+  unlock(s);
+  errno = saved;
+  return true;
+}
+
+uint64_t LiveTable::remove(uint64_t ptr) {
+  if (!filter_ || ptr == 0) return 0;
+  const uint64_t h = mix(ptr);
+  Stripe& s = stripes_[h & (kStripes - 1)];
+  lock(s);
+  if (!s.cap) {
+    unlock(s);
+    return 0;
+  }
+  const uint32_t mask = s.cap - 1;
+  uint32_t j = static_cast<uint32_t>(h >> 8) & mask;
+  for (; s.slots[j].ptr; j = (j + 1) & mask) {
+    if (s.slots[j].ptr != ptr) continue;
+    const uint64_t id = s.slots[j].id;
+    // Backward-shift deletion: move later entries of the probe run into the hole when their home
+    // slot is not between the hole and themselves (cyclically), so no tombstones are needed.
+    uint32_t hole = j;
+    for (uint32_t k = (j + 1) & mask; s.slots[k].ptr; k = (k + 1) & mask) {
+      const uint32_t home = static_cast<uint32_t>(mix(s.slots[k].ptr) >> 8) & mask;
+      const bool stays = hole <= k ? (hole < home && home <= k) : (hole < home || home <= k);
+      if (stays) continue;
+      s.slots[hole] = s.slots[k];
+      hole = k;
+    }
+    s.slots[hole].ptr = 0;
+    s.slots[hole].id = 0;
+    --s.count;
+    filter_sub(ptr);
+    unlock(s);
+    return id;
+  }
+  unlock(s);
+  return 0;
+}
+
+uint64_t LiveTable::lookup(uint64_t ptr) {
+  if (!filter_ || ptr == 0) return 0;
+  const uint64_t h = mix(ptr);
+  Stripe& s = stripes_[h & (kStripes - 1)];
+  lock(s);
+  uint64_t id = 0;
+  if (s.cap) {
+    const uint32_t mask = s.cap - 1;
+    for (uint32_t j = static_cast<uint32_t>(h >> 8) & mask; s.slots[j].ptr; j = (j + 1) & mask)
+      if (s.slots[j].ptr == ptr) {
+        id = s.slots[j].id;
+        break;
+      }
+  }
+  unlock(s);
+  return id;
+}
+
+size_t LiveTable::size() const {
+  size_t n = 0;
+  for (const Stripe& s : stripes_) n += s.count;
+  return n;
+}
+
+void LiveTable::lock_all() {
+  for (Stripe& s : stripes_) lock(s);
+}
+
+void LiveTable::unlock_all() {
+  for (Stripe& s : stripes_) unlock(s);
+}
+
+void LiveTable::reset_in_child() {
+  // The child's memory is a copy: unmapping the arrays frees only the child's copy.
+  for (Stripe& s : stripes_) {
+    if (s.slots) sys_unmap(s.slots, size_t{s.cap} * sizeof(Entry));
+    s.slots = nullptr;
+    s.cap = s.count = 0;
+    s.lock.store(0, std::memory_order_relaxed);
+  }
+  if (filter_) memset(filter_, 0, kFilterSize);
+}
+
+}  // namespace mlprof::preload::mem
