@@ -4,6 +4,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "collector/leaks.h"
 #include "collector/python_frames.h"
 #include "collector/symbolizer.h"
 #include "fmt/format.h"
@@ -40,8 +41,15 @@ const char* counter_name(wire::Counter c) {
     case wire::Counter::kTimerFailures: return "timer_failures";
     case wire::Counter::kPerfThreads: return "perf_threads";
     case wire::Counter::kPosixTimerThreads: return "posix_timer_threads";
+    case wire::Counter::kPyWalkFailed: return "python_walk_failed";
+    case wire::Counter::kPyCodes: return "python_codes";
     case wire::Counter::kWaitSamples: return "wait_samples";
     case wire::Counter::kWallUnwinds: return "wall_unwinds";
+    case wire::Counter::kMemSamples: return "mem_samples";
+    case wire::Counter::kMemFrees: return "mem_frees";
+    case wire::Counter::kMemDropped: return "mem_dropped";
+    case wire::Counter::kCopySamples: return "copy_samples";
+    case wire::Counter::kMemTableFull: return "mem_table_full";
     default: break;
   }
   return nullptr;
@@ -49,20 +57,28 @@ const char* counter_name(wire::Counter c) {
 
 // Metric columns, in this order (docs/profile-format.md: metric names). Wall mode appends wall and
 // wait, so the CPU metrics keep their indexes; CPU-mode profiles have only the first four.
+// Memory profiling appends its five metrics after those (MemMetric: offsets from the first).
 enum Metric : uint32_t {
   kCpu = 0, kCpuInterpreter = 1, kCpuNative = 2, kCpuSystem = 3, kCpuMetricCount = 4,
   kWall = 4, kWait = 5, kWallMetricCount = 6
 };
+enum MemMetric : uint32_t { kAllocBytes = 0, kAllocCount = 1, kLivePeakBytes = 2, kLiveEndBytes = 3, kCopyBytes = 4,
+                            kMemMetricCount = 5 };
+constexpr const char* kMemMetricNames[kMemMetricCount][2] = {
+    {"alloc-bytes", "bytes"}, {"alloc-count", "count"}, {"live-peak-bytes", "bytes"},
+    {"live-end-bytes", "bytes"}, {"copy-bytes", "bytes"}};
 
 // Where a sample's CPU went, decided by the frames between its leaf and the innermost eval loop.
 enum class CpuClass : uint8_t { kInterpreter, kNative, kSystem };
 
 // C runtime libraries the interpreter calls for its own work (memcpy, malloc): time in them, with
-// only interpreter frames between them and the eval loop, is still interpreter time.
+// only interpreter frames between them and the eval loop, is still interpreter time. mlprof's
+// preload counts as one: its memory hooks stand in front of malloc/memcpy and CPython's allocator.
 bool is_c_runtime(const std::string& path) {
   auto slash = path.rfind('/');
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  for (const char* p : {"libc.so", "libc-", "libm.so", "libm-", "libpthread", "ld-linux", "libdl", "librt", "[vdso]"})
+  for (const char* p : {"libc.so", "libc-", "libm.so", "libm-", "libpthread", "ld-linux", "libdl", "librt", "[vdso]",
+                        "libmlprof_preload"})
     if (base.rfind(p, 0) == 0) return true;
   return false;
 }
@@ -99,8 +115,10 @@ struct StackKeyHash {
 
 class Builder {
  public:
-  Builder(Profile& p, const BuildOptions& opts, bool wall)
-      : p_(p), strings_(p.strings), sym_(opts.extra_debug_dirs), wall_(wall) {}
+  Builder(Profile& p, const BuildOptions& opts, bool wall, bool memory)
+      : p_(p), strings_(p.strings), sym_(opts.extra_debug_dirs), wall_(wall), memory_(memory),
+        time_metrics_(wall ? kWallMetricCount : kCpuMetricCount),
+        metric_count_(time_metrics_ + (memory ? uint32_t{kMemMetricCount} : 0u)) {}
 
   void add_process(ProcessStream& s) {
     profile::Process proc;
@@ -118,6 +136,7 @@ class Builder {
     int64_t last = s.start_mono_ns;
     for (auto& smp : s.samples) last = std::max(last, smp.t_ns);
     for (auto& t : s.threads) last = std::max(last, t.end_ns);
+    if (!s.memory.timeline().empty()) last = std::max(last, s.memory.timeline().back().t_ns);
     proc.end_ns = s.ended ? s.end_ns : last;
     uint32_t proc_index = static_cast<uint32_t>(p_.processes.size());
     p_.processes.push_back(std::move(proc));
@@ -156,7 +175,7 @@ class Builder {
       if (st.wait && !wall_) continue;
       uint32_t thread = thread_map[smp.thread];
       auto& v = ns[{thread, st.stack}];
-      if (v.empty()) v.assign(wall_ ? kWallMetricCount : kCpuMetricCount, 0);
+      if (v.empty()) v.assign(metric_count_, 0);
       if (st.wait) {
         int64_t t = static_cast<int64_t>(smp.weight) * wall_period;
         v[kWait] += t;
@@ -179,10 +198,10 @@ class Builder {
       }
       p_.samples.push_back({thread, st.stack, smp.t_ns, smp.weight});
     }
-    for (auto& [key, v] : ns) {
-      for (auto& x : v) x /= 1000;  // ns -> us
-      p_.stack_values.push_back({key.first, key.second, std::move(v)});
-    }
+    for (auto& [key, v] : ns)
+      for (uint32_t m = 0; m < time_metrics_; ++m) v[m] /= 1000;  // ns -> us
+    if (memory_ && s.memory.active()) add_memory(s, proc_index, thread_map, stack_map, ns);
+    for (auto& [key, v] : ns) p_.stack_values.push_back({key.first, key.second, std::move(v)});
     auto& proc_ref = p_.processes[proc_index];
     if (s.python.present) {
       proc_ref.counters["python_samples"] = python_samples;
@@ -198,6 +217,8 @@ class Builder {
   }
 
   void finish() {
+    std::stable_sort(p_.leaks.begin(), p_.leaks.end(),
+                     [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
     for (auto& w : sym_.warnings()) p_.warnings.push_back(w);
     if (!python_seen_.empty()) p_.run.extra["python"] = python_seen_;
     if (python_samples_ > 0 && merge_failed_ * 100 > python_samples_)
@@ -209,6 +230,90 @@ class Builder {
   }
 
  private:
+  // Memory metrics per (thread, stack), the process's memory summary and its leak candidates.
+  void add_memory(const ProcessStream& s, uint32_t proc_index, const std::vector<uint32_t>& thread_map,
+                  const std::unordered_map<uint64_t, SymbolizedStack>& stack_map,
+                  std::map<std::pair<uint32_t, uint32_t>, std::vector<int64_t>>& ns) {
+    const MemoryTracker& mem = s.memory;
+    for (const MemSite& site : mem.sites()) {
+      auto it = stack_map.find(site.stack);
+      if (it == stack_map.end() || site.thread >= thread_map.size()) continue;  // stack record lost
+      auto& v = ns[{thread_map[site.thread], it->second.stack}];
+      if (v.empty()) v.assign(metric_count_, 0);
+      int64_t* m = &v[time_metrics_];
+      m[kAllocBytes] += site.alloc_bytes;
+      m[kAllocCount] += std::llround(site.alloc_count);
+      m[kLivePeakBytes] += mem.peak_bytes(site);
+      m[kLiveEndBytes] += site.live_bytes;
+      m[kCopyBytes] += site.copy_bytes;
+    }
+
+    profile::ProcessMemory pm;
+    pm.process = proc_index;
+    pm.interval_bytes = mem.interval_bytes();
+    pm.copy_interval_bytes = mem.copy_interval_bytes();
+    pm.python_allocator = (mem.flags() & wire::kMemPythonAllocator) != 0;
+    // Nothing allocated (or RSS never measured): the peak is 0, at the start.
+    const int64_t start = p_.processes[proc_index].start_ns;
+    pm.peak_heap_bytes = mem.peak_heap_bytes();
+    pm.peak_heap_t_ns = pm.peak_heap_bytes > 0 ? mem.peak_heap_t_ns() : start;
+    pm.peak_rss_bytes = mem.peak_rss_bytes();
+    pm.peak_rss_t_ns = pm.peak_rss_bytes > 0 ? mem.peak_rss_t_ns() : start;
+    pm.end_heap_bytes = mem.heap_bytes();
+    for (const auto& pt : mem.timeline()) pm.timeline.push_back({pt.t_ns, pt.rss_bytes, pt.heap_bytes});
+    p_.memory.push_back(std::move(pm));
+
+    // Leak detection per profile stack: stream stacks that symbolize alike are one site (their
+    // series share the tracker's ticks, so they add point by point).
+    const profile::Process& proc = p_.processes[proc_index];
+    LeakInput in;
+    in.process = proc_index;
+    in.start_ns = proc.start_ns;
+    in.end_ns = proc.end_ns;
+    in.exited = proc.end_reason == profile::EndReason::kExit;
+    in.interval_bytes = mem.interval_bytes();
+    in.ticks = mem.ticks();
+    std::unordered_map<uint32_t, size_t> by_stack;
+    for (const MemStack& ms : mem.stacks()) {
+      if (ms.live_samples == 0 && ms.first_tick == MemoryTracker::kNoTick) continue;
+      auto it = stack_map.find(ms.stack);
+      if (it == stack_map.end()) continue;
+      auto [bit, fresh] = by_stack.try_emplace(it->second.stack, in.sites.size());
+      if (fresh) {
+        LeakSite site;
+        site.stack = it->second.stack;
+        site.suppressed = runtime_internal_stack(p_, site.stack);
+        site.first_tick = MemoryTracker::kNoTick;
+        in.sites.push_back(std::move(site));
+      }
+      LeakSite& site = in.sites[bit->second];
+      site.end_bytes += ms.live_bytes;
+      site.end_count += ms.live_count;
+      site.end_samples += ms.live_samples;
+      if (ms.first_tick == MemoryTracker::kNoTick || ms.series.empty()) continue;
+      if (site.first_tick == MemoryTracker::kNoTick) {
+        site.first_tick = ms.first_tick;
+        site.series = ms.series;
+        continue;
+      }
+      if (ms.first_tick < site.first_tick) {  // extend the front with zeros
+        site.series.insert(site.series.begin(), site.first_tick - ms.first_tick, MemSeriesPoint{});
+        site.first_tick = ms.first_tick;
+      }
+      const size_t off = ms.first_tick - site.first_tick;
+      if (site.series.size() < off + ms.series.size()) site.series.resize(off + ms.series.size());
+      for (size_t i = 0; i < ms.series.size(); ++i) {
+        MemSeriesPoint& d = site.series[off + i];
+        d.bytes += ms.series[i].bytes;
+        d.count += ms.series[i].count;
+        d.var += ms.series[i].var;
+      }
+    }
+    for (auto& site : in.sites)
+      if (site.first_tick == MemoryTracker::kNoTick) site.first_tick = 0;  // no series
+    for (auto& c : find_leaks(in)) p_.leaks.push_back(c);
+  }
+
   int module_for(const ProcessStream& s, const std::vector<int>& handles, uint64_t pc, uint64_t seq,
                  size_t* index) {
     // Prefer the module mapped at that address when the stack was recorded; a module unloaded
@@ -366,7 +471,8 @@ class Builder {
   std::unordered_map<std::vector<uint32_t>, uint32_t, StackKeyHash> stacks_;
   std::string python_seen_;
   uint64_t merge_failed_ = 0, python_samples_ = 0;
-  bool wall_ = false;
+  bool wall_ = false, memory_ = false;
+  uint32_t time_metrics_ = kCpuMetricCount, metric_count_ = kCpuMetricCount;
 };
 
 void link_processes(Profile& p, const std::vector<ProcessStream>& streams) {
@@ -405,6 +511,11 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
     p.metrics.push_back({"wall", "us"});  // kWall = 4
     p.metrics.push_back({"wait", "us"});  // kWait = 5
   }
+  // Memory metrics when any process profiled memory (a MEM_CONFIG or any memory record).
+  bool memory = false;
+  for (auto& s : streams) memory = memory || s.memory.active();
+  if (memory)
+    for (auto& [name, unit] : kMemMetricNames) p.metrics.push_back({name, unit});
   // The clock that sampled: the main threads' (every process tells in its start record).
   bool any_perf = false, any_timer = false;
   for (auto& s : streams) (s.timer_kind == static_cast<uint8_t>(wire::TimerKind::kPerfTaskClock) ? any_perf : any_timer) = true;
@@ -414,7 +525,7 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
   std::sort(streams.begin(), streams.end(),
             [](const ProcessStream& a, const ProcessStream& b) { return a.start_mono_ns < b.start_mono_ns; });
   {
-    Builder b(p, opts, wall);
+    Builder b(p, opts, wall, memory);
     for (auto& s : streams) b.add_process(s);
     b.finish();
   }

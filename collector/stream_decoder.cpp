@@ -1,5 +1,6 @@
 #include "collector/stream_decoder.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/varint.h"
@@ -71,12 +72,18 @@ void StreamDecoder::finish() {
 uint32_t StreamDecoder::thread_index(uint32_t tid) {
   auto it = live_threads_.find(tid);
   if (it != live_threads_.end()) return it->second;
-  // A sample from a thread whose start record was not seen (should not happen): invent one.
+  // After its THREAD_END: memory events of the thread's last moments (TLS destructors free and
+  // allocate after the preload retired its slot) still belong to it.
+  auto ended = ended_threads_.find(tid);
+  if (ended != ended_threads_.end()) return ended->second;
+  // A record from a thread whose start record was not seen (an ALLOC of a thread the preload has
+  // no slot for yet): invent one; its THREAD_START, if it comes, completes this entry.
   RawThread t;
   t.tid = tid;
   s_.threads.push_back(t);
   uint32_t idx = static_cast<uint32_t>(s_.threads.size() - 1);
   live_threads_[tid] = idx;
+  invented_.insert(idx);
   return idx;
 }
 
@@ -102,7 +109,7 @@ bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
       // Wall mode appends its tick; a stream without it weighs wait samples by period_ns.
       if ((s_.flags & wire::kProcessWallMode) && r.left() > 0) s_.wall_period_ns = static_cast<int64_t>(r.u());
       s_.started = true;
-      last_sample_ns_ = s_.start_mono_ns;
+      last_sample_ns_ = last_mem_ns_ = s_.start_mono_ns;
       break;
     }
     case wire::Record::kModuleLoad: {
@@ -131,6 +138,13 @@ bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
       t.tid = static_cast<uint32_t>(r.u());
       t.start_ns = static_cast<int64_t>(r.u());
       t.name = str();
+      if (r.bad) break;
+      ended_threads_.erase(t.tid);  // a new thread with a reused tid
+      auto live = live_threads_.find(t.tid);
+      if (live != live_threads_.end() && invented_.erase(live->second)) {
+        s_.threads[live->second] = std::move(t);  // records came first; this is the same thread
+        break;
+      }
       s_.threads.push_back(std::move(t));
       live_threads_[s_.threads.back().tid] = static_cast<uint32_t>(s_.threads.size() - 1);
       break;
@@ -145,8 +159,11 @@ bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
       uint32_t tid = static_cast<uint32_t>(r.u());
       int64_t t = static_cast<int64_t>(r.u());
       if (!r.bad) {
-        s_.threads[thread_index(tid)].end_ns = t;
+        const uint32_t idx = thread_index(tid);
+        s_.threads[idx].end_ns = t;
         live_threads_.erase(tid);
+        invented_.erase(idx);
+        ended_threads_[tid] = idx;
       }
       break;
     }
@@ -237,6 +254,47 @@ bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
       c.format = static_cast<uint8_t>(r.u());
       c.table = str();
       if (!r.bad) s_.py_codes[id] = std::move(c);
+      break;
+    }
+    case wire::Record::kMemConfig: {
+      uint64_t interval = r.u(), copy_interval = r.u(), flags = r.u();
+      if (!r.bad) s_.memory.config(interval, copy_interval, flags);
+      break;
+    }
+    case wire::Record::kAlloc: {
+      uint32_t tid = static_cast<uint32_t>(r.u());
+      uint64_t stack = r.u();
+      int64_t dt = r.s();
+      uint64_t id = r.u(), size = r.u(), weight = r.u();
+      r.u();  // kind (wire::AllocKind): not accounted separately yet
+      if (r.bad) break;
+      last_mem_ns_ = static_cast<int64_t>(static_cast<uint64_t>(last_mem_ns_) + static_cast<uint64_t>(dt));
+      s_.memory.alloc(thread_index(tid), stack, last_mem_ns_, id, size, weight);
+      break;
+    }
+    case wire::Record::kFree: {
+      uint64_t id = r.u();
+      int64_t dt = r.s();
+      if (r.bad) break;
+      last_mem_ns_ = static_cast<int64_t>(static_cast<uint64_t>(last_mem_ns_) + static_cast<uint64_t>(dt));
+      s_.memory.free(id, last_mem_ns_);
+      break;
+    }
+    case wire::Record::kCopy: {
+      uint32_t tid = static_cast<uint32_t>(r.u());
+      uint64_t stack = r.u();
+      int64_t dt = r.s();
+      uint64_t weight = r.u();
+      r.u();  // size of the sampled call
+      if (r.bad) break;
+      last_mem_ns_ = static_cast<int64_t>(static_cast<uint64_t>(last_mem_ns_) + static_cast<uint64_t>(dt));
+      s_.memory.copy(thread_index(tid), stack, weight);
+      break;
+    }
+    case wire::Record::kMemUsage: {
+      int64_t t = static_cast<int64_t>(r.u());
+      uint64_t rss = r.u();
+      if (!r.bad) s_.memory.usage(t, static_cast<int64_t>(std::min<uint64_t>(rss, INT64_MAX)));
       break;
     }
     default:

@@ -5,8 +5,10 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include "collector/memory_tracker.h"
 #include "common/wire_format.h"
 
 namespace mlprof::collector {
@@ -76,6 +78,9 @@ struct ProcessStream {
   std::unordered_map<uint64_t, RawPyCode> py_codes;
   std::vector<RawThread> threads;
   std::vector<RawSample> samples;
+  // Memory profiling (wire 1.2): fed record by record, never stored per event. memory.active()
+  // once any memory record arrived.
+  MemoryTracker memory;
   std::map<wire::Counter, uint64_t> counters;
   std::vector<std::string> messages;
   bool ended = false;  // PROCESS_END seen (clean end)
@@ -110,8 +115,11 @@ class StreamDecoder {
   bool failed_ = false;
   uint64_t seq_ = 0;
   int64_t last_sample_ns_ = 0;
+  int64_t last_mem_ns_ = 0;  // time of the previous ALLOC/FREE/COPY (their delta chain)
   uint64_t flushed_ = 0;
   std::unordered_map<uint32_t, uint32_t> live_threads_;  // tid -> index of its current thread
+  std::unordered_map<uint32_t, uint32_t> ended_threads_;  // tid -> index of its last ended thread
+  std::unordered_set<uint32_t> invented_;  // thread indexes created by a record before THREAD_START
 };
 
 }  // namespace mlprof::collector

@@ -71,6 +71,16 @@ Status validate_profile(const Profile& p) {
     MLPROF_CHECK(check_n("lines", "line", i, "self", l.self.size(), nm));
     MLPROF_CHECK(check_n("lines", "line", i, "total", l.total.size(), nm));
   }
+  for (size_t i = 0; i < p.memory.size(); ++i)
+    MLPROF_CHECK(check("memory", "row", i, "process", p.memory[i].process, p.processes.size(), "process"));
+  for (size_t i = 0; i < p.leaks.size(); ++i) {
+    const LeakCandidate& l = p.leaks[i];
+    MLPROF_CHECK(check("leaks", "candidate", i, "process", l.process, p.processes.size(), "process"));
+    MLPROF_CHECK(check("leaks", "candidate", i, "stack", l.stack, p.stacks.size(), "stack"));
+    if (l.confidence_permille > 1000)
+      return Status{fmt::format("leaks section: candidate {}: confidence {} is above 1000 (per mille)", i,
+                                l.confidence_permille)};
+  }
 #undef MLPROF_CHECK
   return Status::Ok();
 }

@@ -8,6 +8,7 @@
 #include "mlprof_report_assets.h"  // generated from report/assets/ by report/embed_assets.cmake
 #include "report/format.h"
 #include "report/html.h"
+#include "report/memory_sites.h"
 #include "report/report.h"
 
 namespace mlprof::report {
@@ -93,6 +94,7 @@ std::string html_report(const Profile& prof) {
   out += table_section("lines", "Source lines");
   out += table_section("processes", "Processes");
   out += table_section("threads", "Threads");
+  if (detail::has_memory(prof)) out += table_section("leaks", "Leak candidates");
   out += "</main>\n<script type=\"application/json\" id=\"mlprof-data\">";
   out += json_for_script(report_data(prof));
   out += "</script>\n<script>\n";

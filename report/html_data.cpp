@@ -3,6 +3,7 @@
 
 #include "report/format.h"
 #include "report/html.h"
+#include "report/memory_sites.h"
 #include "report/source.h"
 
 namespace mlprof::report {
@@ -118,6 +119,17 @@ json report_data(const Profile& prof) {
                        {"samples", prof.samples.empty() ? json(nullptr) : json(samples[i])},
                        {"values", values}});
   }
+  // Memory profiling: the leak candidates (docs/report.md, "Leak candidates").
+  json& leaks = d["leak_candidates"] = json::array();
+  for (const auto& c : prof.leaks)
+    leaks.push_back({{"kind", detail::leak_kind_name(c.kind)},
+                     {"pid", c.process < prof.processes.size() ? prof.processes[c.process].pid : 0},
+                     {"bytes", c.bytes},
+                     {"count", c.count},
+                     {"growth_bytes_per_s", c.growth_bytes_per_s},
+                     {"confidence", c.confidence_permille / 1000.0},
+                     {"site", detail::site_label(prof, c.stack)}});
+  d["memory"] = detail::has_memory(prof);
   return d;
 }
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "report/format.h"
+#include "report/memory_sites.h"
 #include "report/report.h"
 #include "report/source.h"
 
@@ -215,6 +216,105 @@ std::string python_lines(const Profile& prof, const Style& st, uint32_t m, int64
          "  (thread: the one that spent the most on the line; +N: other threads that did too)\n";
 }
 
+// Memory: per process the heap estimate and RSS at their peaks; the allocation sites by bytes
+// allocated, by bytes held at the heap's peak and by bytes copied; the leak candidates.
+std::string memory(const Profile& prof, const Style& st, size_t top) {
+  if (!detail::has_memory(prof)) return "";
+  std::string out = "\n" + st.bold("Memory:") + "\n";
+  // Processes by peak heap, then peak RSS (a shell wrapper's processes come last).
+  std::vector<const profile::ProcessMemory*> procs;
+  for (const auto& pm : prof.memory)
+    if (pm.process < prof.processes.size()) procs.push_back(&pm);
+  std::stable_sort(procs.begin(), procs.end(), [](auto* a, auto* b) {
+    return a->peak_heap_bytes != b->peak_heap_bytes ? a->peak_heap_bytes > b->peak_heap_bytes
+                                                    : a->peak_rss_bytes > b->peak_rss_bytes;
+  });
+  const size_t shown_procs = std::min(procs.size(), std::min<size_t>(top, 5));
+  for (size_t i = 0; i < shown_procs; ++i) {
+    const auto& pm = *procs[i];
+    const auto& proc = prof.processes[pm.process];
+    auto since = [&](int64_t t) { return detail::format_duration_ns(t - proc.start_ns); };
+    std::string mode = pm.interval_bytes == 1 ? std::string("exact (every allocation)")
+                                              : "sampled every " + detail::format_value(static_cast<int64_t>(pm.interval_bytes), "bytes");
+    if (pm.python_allocator) mode += ", Python objects included";
+    out += fmt::format("  pid {} {}: {}\n", proc.pid, clean(detail::process_name(proc), 40), mode);
+    out += fmt::format("    peak heap {}{} at {}; peak RSS {} at {}; heap at end {}\n",
+                       pm.interval_bytes == 1 ? "" : "~", detail::format_value(pm.peak_heap_bytes, "bytes"),
+                       since(pm.peak_heap_t_ns),
+                       pm.peak_rss_bytes > 0 ? detail::format_value(pm.peak_rss_bytes, "bytes") : std::string("-"),
+                       pm.peak_rss_bytes > 0 ? since(pm.peak_rss_t_ns) : std::string("-"),
+                       detail::format_value(pm.end_heap_bytes, "bytes"));
+  }
+  out += more_line(shown_procs, procs.size(), "processes with memory profiling");
+  auto site_table = [&](const char* title, const char* metric, const std::vector<const char*>& cols) {
+    uint32_t m = prof.metric(metric);
+    if (m == profile::kNone) return std::string();
+    auto rows = detail::sites_by(prof, m);
+    if (rows.empty()) return std::string();
+    std::vector<uint32_t> idx;
+    Table t;
+    for (const char* c : cols) {
+      idx.push_back(prof.metric(c));
+      t.cols.push_back({c, true});
+    }
+    t.cols.push_back({"%", true});
+    t.cols.push_back({"site"});
+    const int64_t total = detail::metric_total(prof, m);
+    size_t n = std::min(top, rows.size());
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<std::string> r;
+      for (uint32_t k : idx)
+        r.push_back(k == profile::kNone ? "-" : detail::format_value(rows[i].values[k], prof.metrics[k].unit));
+      r.push_back(detail::format_percent(rows[i].values[m], total));
+      r.push_back(clean(frame_name(prof, rows[i].frame), 2 * kMaxName));
+      t.rows.push_back(std::move(r));
+    }
+    return "\n" + st.bold(title) + "\n" + t.render(st) + more_line(n, rows.size(), "sites");
+  };
+  out += site_table("Top allocation sites by alloc-bytes:", "alloc-bytes",
+                    {"alloc-bytes", "alloc-count", "live-peak-bytes", "live-end-bytes"});
+  out += site_table("Sites holding the heap at its peak (live-peak-bytes):", "live-peak-bytes",
+                    {"live-peak-bytes", "alloc-bytes"});
+  out += site_table("Top copy sites by copy-bytes (memcpy/memmove):", "copy-bytes", {"copy-bytes"});
+
+  out += "\n" + st.bold(fmt::format("Leak candidates ({}):", prof.leaks.size())) + "\n";
+  if (prof.leaks.empty()) return out + "  none\n";
+  Table t{{{"kind"}, {"bytes", true}, {"count", true}, {"growth/s", true}, {"confidence", true},
+           {"pid", true}, {"site"}}, {}};
+  size_t n = std::min(top, prof.leaks.size());
+  for (size_t i = 0; i < n; ++i) {
+    const auto& c = prof.leaks[i];
+    uint32_t pid = c.process < prof.processes.size() ? prof.processes[c.process].pid : 0;
+    t.rows.push_back({detail::leak_kind_name(c.kind), detail::format_value(c.bytes, "bytes"), fmt::format("{}", c.count),
+                      c.growth_bytes_per_s ? detail::format_value(c.growth_bytes_per_s, "bytes") + "/s" : "-",
+                      fmt::format("{:.0f}%", c.confidence_permille / 10.0), fmt::format("{}", pid),
+                      clean(detail::site_label(prof, c.stack), 2 * kMaxName)});
+  }
+  out += t.render(st) + more_line(n, prof.leaks.size(), "candidates");
+  // The stacks of the biggest candidates from their site outwards (the allocator's and the
+  // interpreter's own frames inside it are left out); Python stacks show their Python frames.
+  constexpr size_t kStacks = 5, kFrames = 6;
+  for (size_t i = 0; i < std::min(n, kStacks); ++i) {
+    const auto& c = prof.leaks[i];
+    if (c.stack >= prof.stacks.size()) continue;
+    const auto& all = prof.stacks[c.stack].frames;
+    const uint32_t site = detail::site_frame(prof, c.stack);
+    const bool python = site < prof.frames.size() && prof.frames[site].kind == profile::FrameKind::kPython;
+    std::vector<uint32_t> frames;
+    bool from_site = false;
+    for (uint32_t f : all) {
+      from_site = from_site || f == site;
+      if (from_site && f < prof.frames.size() && (!python || prof.frames[f].kind == profile::FrameKind::kPython))
+        frames.push_back(f);
+    }
+    out += fmt::format("  #{} {} {}:\n", i + 1, detail::leak_kind_name(c.kind), detail::format_value(c.bytes, "bytes"));
+    for (size_t k = 0; k < std::min(kFrames, frames.size()); ++k)
+      out += st.dim("      " + clean(frame_name(prof, frames[k]), 2 * kMaxName)) + "\n";
+    if (frames.size() > kFrames) out += st.dim(fmt::format("      ... {} more frames", frames.size() - kFrames)) + "\n";
+  }
+  return out;
+}
+
 std::string processes(const Profile& prof, const Style& st, uint32_t m, size_t top) {
   if (prof.processes.empty()) return "";
   std::string out = "\n" + st.bold(fmt::format("Processes ({}):", prof.processes.size())) + "\n";
@@ -289,6 +389,7 @@ std::string text_summary(const Profile& prof, const SummaryOptions& opt) {
     out += python_lines(prof, st, m, grand, opt.top);
     out += lines(prof, st, m, grand, opt.top);
   }
+  out += memory(prof, st, opt.top);
   out += processes(prof, st, m, opt.top);
   out += threads(prof, st, m, grand, opt.top);
   return out;

@@ -215,6 +215,7 @@
     lines: { sortIndex: 2, descending: true, showAll: false },
     processes: { sortIndex: 0, descending: false, showAll: false },
     threads: { sortIndex: 4, descending: true, showAll: false },
+    leaks: { sortIndex: 1, descending: true, showAll: false },
   };
 
   const builders = {
@@ -268,10 +269,34 @@
       cols[5].title = m.name + " %";
       return new SortableTable(document.getElementById("threads-table"), cols, data.threads, tableState.threads);
     },
+    // Memory profiles only (the section exists when the profile has memory data).
+    leaks: function () {
+      const host = document.getElementById("leaks-table");
+      if (!host) return null;
+      const cols = [
+        column("kind", "", text(function (r) { return r.kind; })),
+        column("bytes", "num", { key: function (r) { return r.bytes; }, text: function (r) { return formatValue(r.bytes, "bytes"); } }),
+        column("count", "num", number(function (r) { return r.count; })),
+        column("growth/s", "num", {
+          key: function (r) { return r.growth_bytes_per_s; },
+          text: function (r) { return r.growth_bytes_per_s ? formatValue(r.growth_bytes_per_s, "bytes") + "/s" : "-"; },
+        }),
+        column("confidence", "num", {
+          key: function (r) { return r.confidence; },
+          text: function (r) { return (100 * r.confidence).toFixed(0) + "%"; },
+        }),
+        column("pid", "num", number(function (r) { return r.pid; })),
+        column("site", "name", text(function (r) { return r.site; })),
+      ];
+      return new SortableTable(host, cols, data.leak_candidates || [], tableState.leaks);
+    },
   };
 
   function renderAll() {
-    Object.keys(builders).forEach(function (name) { builders[name]().render(); });
+    Object.keys(builders).forEach(function (name) {
+      const table = builders[name]();
+      if (table) table.render();
+    });
   }
 
   function metricPicker() {

@@ -82,6 +82,23 @@ Profile rich_profile() {
   p.functions = {{1, 2, 3, 10, {5, -5}, {6, 7}}, {4, 5, 6, 0, {0, 0}, {INT64_MAX, INT64_MIN}}};
   p.lines = {{3, 10, 1, {1, 2}, {3, 4}}, {6, UINT32_MAX, 4, {0, 0}, {0, 0}}};
   p.warnings = {"missing debug info for libc.so.6", "ünïcødé ⚠", ""};
+  // Memory (1.1): extreme values, an empty timeline, unmeasured RSS, time going backwards.
+  ProcessMemory mem;
+  mem.process = 1;
+  mem.interval_bytes = UINT64_MAX;
+  mem.copy_interval_bytes = 1;
+  mem.python_allocator = true;
+  mem.peak_heap_bytes = INT64_MAX;
+  mem.peak_heap_t_ns = INT64_MIN;
+  mem.peak_rss_bytes = 12345;
+  mem.peak_rss_t_ns = -1;
+  mem.end_heap_bytes = -7;
+  mem.timeline = {{100, -1, 0}, {50, INT64_MAX, INT64_MIN}, {INT64_MAX, 4096, 1}};
+  ProcessMemory other;
+  other.process = 0;
+  p.memory = {mem, other};
+  p.leaks = {{1, 3, LeakKind::kGrowth, 1 << 30, 1000, 12345, 1000},
+             {0, 0, LeakKind::kUnfreedAtExit, INT64_MIN, INT64_MAX, -5, 0}};
   return p;
 }
 
@@ -210,7 +227,7 @@ TEST(ProfileIo, FramingFollowsTheDocument) {
   EXPECT_EQ(fr.minor, kFormatMinor);
   std::vector<uint64_t> tags;
   for (const auto& s : fr.sections) tags.push_back(s.first);
-  EXPECT_EQ(tags, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(tags, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}));
   EXPECT_EQ(build(fr), bytes);  // an independent re-framing produces identical bytes
 }
 
@@ -341,7 +358,7 @@ TEST(ProfileIo, NewerMinorWithUnknownSectionAndAppendedFieldsIsRead) {
   fr.sections.insert(fr.sections.begin(), {1000, {1, 2, 3}});
   fr.sections.insert(fr.sections.begin() + 5, {77, {}});
   fr.sections.push_back({uint64_t{1} << 40, std::vector<uint8_t>(300, 0xff)});
-  for (uint64_t tag = section::kRunInfo; tag <= section::kWarnings; ++tag) {
+  for (uint64_t tag = section::kRunInfo; tag <= section::kLeaks; ++tag) {
     auto& pl = payload(fr, tag);
     for (uint8_t extra : {0x05, 0xff, 0xff, 0x00, 0x80}) pl.push_back(extra);
   }
@@ -361,6 +378,40 @@ TEST(ProfileIo, MissingSectionsReadAsEmptyTables) {
   expect.warnings.clear();
   expect.lines.clear();
   EXPECT_TRUE(r.value() == expect);
+}
+
+// A 1.0 reader knows neither section 13 nor 14: it skips them like any unknown section. Simulated
+// by renumbering them to tags this reader does not know either.
+TEST(ProfileIo, ReaderWithoutTheMemorySectionsSkipsThem) {
+  const Profile p = rich_profile();
+  Framed fr = parse(encode_profile(p));
+  for (auto& [tag, pl] : fr.sections)
+    if (tag == section::kMemory || tag == section::kLeaks) tag += 1000;
+  fr.minor = 0;
+  auto r = decode(build(fr));
+  ASSERT_TRUE(r.ok()) << r.error();
+  Profile expect = as_read(p, 0);
+  expect.memory.clear();
+  expect.leaks.clear();
+  EXPECT_TRUE(r.value() == expect);
+  // And a 1.0 file (no memory sections at all) reads as a profile without memory.
+  std::erase_if(fr.sections, [](const auto& s) { return s.first > 1000; });
+  auto old = decode(build(fr));
+  ASSERT_TRUE(old.ok()) << old.error();
+  EXPECT_TRUE(old.value() == expect);
+}
+
+TEST(ProfileIo, LeakKindsFromANewerMinorAreDropped) {
+  Profile p = rich_profile();
+  p.leaks.push_back(p.leaks[0]);
+  p.leaks.back().kind = static_cast<LeakKind>(7);
+  p.leaks.push_back(p.leaks[1]);
+  auto r = decode(encode_profile(p));
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_EQ(r->leaks.size(), 3u);
+  EXPECT_EQ(r->leaks[0], p.leaks[0]);
+  EXPECT_EQ(r->leaks[1], p.leaks[1]);
+  EXPECT_EQ(r->leaks[2], p.leaks[3]);
 }
 
 TEST(ProfileIo, DuplicateSectionIsRejected) {
@@ -413,6 +464,10 @@ TEST(ProfileIo, OutOfRangeIndexesAreRejected) {
       {"lines section: line 0: self has 0", [](Profile& p) { p.lines[0].self.clear(); }},
       {"strings section: string 0", [](Profile& p) { p.strings[0] = "x"; }},
       {"strings section: string 0", [](Profile& p) { p.strings.clear(); }},
+      {"memory section: row 0: process", [](Profile& p) { p.memory[0].process = 3; }},
+      {"leaks section: candidate 1: process", [](Profile& p) { p.leaks[1].process = 3; }},
+      {"leaks section: candidate 0: stack", [](Profile& p) { p.leaks[0].stack = 4; }},
+      {"leaks section: candidate 0: confidence 1001", [](Profile& p) { p.leaks[0].confidence_permille = 1001; }},
   };
   for (const auto& c : cases) {
     Profile p = rich_profile();
@@ -456,6 +511,8 @@ TEST(ProfileIo, HostileCountsAndValuesAreRejected) {
       {section::kProcesses, u({1, 1, 1, 0x1ffffffffull}), "parent"},
       {section::kRunInfo, {0x80}, "run info section"},  // varint cut inside the payload
       {section::kMetrics, u({1, 50, 1}), "metrics section"},
+      {section::kMemory, u({1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1000}), "memory section: it declares 1000 timeline points"},
+      {section::kLeaks, u({1, 0, 0, 0, 0, 0, 0, 0x100000000ull}), "leaks section: confidence"},
   };
   for (const auto& c : cases) {
     auto r = with(c.tag, c.payload);
@@ -534,4 +591,15 @@ TEST(ProfileStringTable, InternsAndKeepsIndexZeroEmpty) {
   EXPECT_EQ(st2.intern("y"), 2u);
   EXPECT_EQ(st2.intern("z"), 4u);
   EXPECT_EQ(existing.size(), 5u);
+}
+
+TEST(ProfileIo, EmptyProfileIsTheDocumentedExample) {
+  // docs/profile-format.md, section 8.
+  const std::vector<uint8_t> expect = {
+      0x4d, 0x4c, 0x50, 0x52, 0x4f, 0x46, 0x00, 0x1a, 0x01, 0x00, 0x01, 0x00, 0x54, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x01, 0x0d, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x02,
+      0x02, 0x01, 0x00, 0x03, 0x01, 0x00, 0x04, 0x01, 0x00, 0x05, 0x01, 0x00, 0x06, 0x01, 0x00, 0x07, 0x01, 0x00,
+      0x08, 0x01, 0x00, 0x09, 0x03, 0x00, 0x00, 0x00, 0x0a, 0x01, 0x00, 0x0b, 0x01, 0x00, 0x0c, 0x01, 0x00, 0x0d,
+      0x01, 0x00, 0x0e, 0x01, 0x00, 0x00, 0x05, 0x0e, 0x23, 0xbc, 0xba, 0xec};
+  EXPECT_EQ(encode_profile(Profile{}), expect);
 }
