@@ -1,6 +1,8 @@
 // mlprof: works on saved profiles (and builds them from offline event files).
 //   mlprof report FILE [--html OUT] [--top N] [--color auto|always|never]
 //   mlprof export FILE --format collapsed [--metric NAME] [--by-process] [--by-thread] [-o OUT]
+//   mlprof export FILE --format pprof|chrome-trace [-o OUT]   (docs/export-formats.md)
+//   mlprof export FILE --format json [-o OUT]   (docs/json-format.md)
 //   mlprof collect EVENTS... -o OUT      (offline mode: event files from MLPROF_OUTPUT_DIR)
 #include <dirent.h>
 #include <sys/stat.h>
@@ -16,6 +18,9 @@
 #include "collector/stream_decoder.h"
 #include "fmt/format.h"
 #include "profile/profile_io.h"
+#include "report/chrome_trace.h"
+#include "report/json_export.h"
+#include "report/pprof_export.h"
 #include "report/report.h"
 
 namespace {
@@ -132,7 +137,12 @@ int main(int argc, char** argv) {
 
   auto* exp = app.add_subcommand("export", "Export a profile in a format other tools read");
   exp->add_option("file", file, "Profile file (.mlprof)")->required();
-  exp->add_option("--format", format, "Output format")->required()->check(CLI::IsMember({"collapsed"}));
+  exp->add_option("--format", format,
+                  "Output format: collapsed (folded stacks of one metric), pprof (gzipped profile.proto, "
+                  "every metric), chrome-trace (trace-event JSON for Perfetto / chrome://tracing), json (run, "
+                  "processes, memory, top functions/lines/sites per metric, leak candidates)")
+      ->required()
+      ->check(CLI::IsMember({"collapsed", "pprof", "chrome-trace", "json"}));
   exp->add_option("--metric", metric, "Metric to export (cpu, ...)")->capture_default_str();
   exp->add_flag("--by-process", by_process, "Put the process as the root frame");
   exp->add_flag("--by-thread", by_thread, "Put the thread as a root frame");
@@ -166,6 +176,38 @@ int main(int argc, char** argv) {
     so.top = top;
     so.color = color == "always" || (color == "auto" && isatty(STDOUT_FILENO));
     return write_text("", report::text_summary(*prof, so)) ? 0 : 1;
+  }
+  if (format == "json") return write_text(out, report::export_json(*prof)) ? 0 : 1;
+  if (format == "pprof") {
+    if ((out.empty() || out == "-") && isatty(STDOUT_FILENO)) {
+      fprintf(stderr, "mlprof: the pprof export is binary (gzip); write it to a file with -o FILE.pb.gz\n");
+      return 2;
+    }
+    auto data = report::export_pprof(*prof);
+    if (!data) {
+      fprintf(stderr, "mlprof: %s\n", data.error().c_str());
+      return 2;
+    }
+    return write_text(out, *data) ? 0 : 1;
+  }
+  if (format == "chrome-trace") {
+    bool to_stdout = out.empty() || out == "-";
+    std::ofstream f;
+    if (!to_stdout) {
+      f.open(out, std::ios::binary);
+      if (!f) {
+        fprintf(stderr, "mlprof: cannot write %s\n", out.c_str());
+        return 1;
+      }
+    }
+    std::ostream& os = to_stdout ? std::cout : f;
+    Status st = report::write_chrome_trace(*prof, os);
+    if (st.ok() && !os.flush()) st.error = "output stream failed";
+    if (!st.ok()) {
+      fprintf(stderr, "mlprof: cannot write %s: %s\n", to_stdout ? "stdout" : out.c_str(), st.error.c_str());
+      return 1;
+    }
+    return 0;
   }
   report::CollapsedOptions co;
   co.metric = metric;
