@@ -13,9 +13,12 @@ pkgs=(
   libgtest-dev libgmock-dev googletest
   binutils           # objcopy/strip for test fixtures
   python3 python3-numpy  # Python tests: Debian's interpreter with numpy (pyenv's builds use hashlib)
+  golang-go          # `go tool pprof` reads the pprof export in the e2e tests
+  libtcmalloc-minimal4 libjemalloc2  # memory tests: allocators a user preloads beside mlprof
 )
 if [ "${MLPROF_BENCH_DEPS:-0}" = 1 ]; then
   pkgs+=(google-perftools libgoogle-perftools-dev linux-perf hyperfine)
+  pkgs+=(heaptrack valgrind)  # bench/mem_overhead.sh baselines
 fi
 missing=()
 for p in "${pkgs[@]}"; do

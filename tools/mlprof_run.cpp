@@ -98,8 +98,10 @@ struct Child {
 // Starts the command with the preload. Reports exec failures through a close-on-exec pipe.
 Child spawn(const tools::RunOptions& o, const std::string& preload, const std::string& socket, const sigset_t& orig_mask) {
   std::vector<std::string> env_strings;
+  // The preload goes first: its malloc/free/memcpy hooks must be found before those of an allocator
+  // the user preloads (tcmalloc, jemalloc), which the hooks then reach as the next definition.
   std::string ld = preload;
-  if (const char* cur = getenv("LD_PRELOAD"); cur && *cur) ld = std::string(cur) + ":" + preload;
+  if (const char* cur = getenv("LD_PRELOAD"); cur && *cur) ld = preload + ":" + cur;
   for (char** e = environ; *e; ++e) {
     if (strncmp(*e, "LD_PRELOAD=", 11) == 0 || strncmp(*e, "MLPROF_", 7) == 0) continue;
     env_strings.emplace_back(*e);
@@ -110,11 +112,15 @@ Child spawn(const tools::RunOptions& o, const std::string& preload, const std::s
   if (!o.unwinder.empty()) env_strings.push_back("MLPROF_UNWINDER=" + o.unwinder);
   env_strings.push_back("MLPROF_MODE=" + o.mode);
   if (o.quiet) env_strings.push_back("MLPROF_QUIET=1");
+  // Memory options override the user's own MLPROF_MEMORY / MLPROF_MEM_INTERVAL; without them those
+  // pass through like the other MLPROF_* settings.
+  if (o.no_memory) env_strings.push_back("MLPROF_MEMORY=0");
+  if (o.mem_interval) env_strings.push_back(fmt::format("MLPROF_MEM_INTERVAL={}", o.mem_interval));
+  auto starts = [](const char* e, const char* prefix) { return strncmp(e, prefix, strlen(prefix)) == 0; };
   for (char** e = environ; *e; ++e)  // pass through the user's own MLPROF_* settings (MLPROF_SIGNAL, ...)
-    if (strncmp(*e, "MLPROF_", 7) == 0 && strncmp(*e, "MLPROF_SOCKET=", 14) != 0 &&
-        strncmp(*e, "MLPROF_RATE=", 12) != 0 && strncmp(*e, "MLPROF_OUTPUT_DIR=", 18) != 0 &&
-        strncmp(*e, "MLPROF_MODE=", 12) != 0 &&
-        strncmp(*e, "MLPROF_PRELOAD_PATH=", 20) != 0)
+    if (starts(*e, "MLPROF_") && !starts(*e, "MLPROF_SOCKET=") && !starts(*e, "MLPROF_RATE=") &&
+        !starts(*e, "MLPROF_OUTPUT_DIR=") && !starts(*e, "MLPROF_MODE=") && !starts(*e, "MLPROF_PRELOAD_PATH=") &&
+        !(o.no_memory && starts(*e, "MLPROF_MEMORY=")) && !(o.mem_interval && starts(*e, "MLPROF_MEM_INTERVAL=")))
       env_strings.emplace_back(*e);
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());

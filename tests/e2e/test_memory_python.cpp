@@ -1,0 +1,76 @@
+// Memory profiling of Python on every supported interpreter, against fixtures that measure
+// themselves: a module-level list that grows for the whole run is a leak candidate at its line with
+// the growth rate the program measured, a bounded cache that fills then stays flat is not
+// (tests/fixtures/python/mem_leak.py); bytes(bytearray) copies are counted at their line
+// (mem_copy.py).
+#include <nlohmann/json.hpp>
+
+#include "memory_util.h"
+#include "python_util.h"
+
+namespace {
+
+using namespace e2e;
+
+const std::string kLeakPy = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_leak.py";
+const std::string kCopyPy = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_copy.py";
+
+class PythonMemory : public ::testing::TestWithParam<Interpreter> {};
+
+TEST_P(PythonMemory, GrowingListIsALeakAndABoundedCacheIsNot) {
+  const Interpreter& py = GetParam();
+  Profiled r = profile_run({py.path, kLeakPy, "2.5"});
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+  auto truth = nlohmann::json::parse(r.result.out);
+  const double truth_rate = truth["leak_bytes_per_s"];
+  const auto& p = r.profile;
+  ASSERT_TRUE(has_memory_metrics(p));
+  const auto* pm = process_memory(p);
+  ASSERT_NE(pm, nullptr);
+  EXPECT_TRUE(pm->python_allocator) << "the interpreter's allocator was not hooked";
+
+  uint32_t leak_line = marker_line(kLeakPy, "# LEAK-LINE"), cache_line = marker_line(kLeakPy, "# CACHE-LINE");
+  double rate = 0;
+  int found = 0;
+  for (auto& l : p.leaks) {
+    uint32_t line = innermost_python_line(p, l.stack, kLeakPy);
+    EXPECT_NE(line, cache_line) << "the bounded cache is a candidate\n" << describe_leaks(p);
+    if (line != leak_line) continue;
+    ++found;
+    EXPECT_GT(l.growth_bytes_per_s, 0) << describe_leaks(p);
+    rate += static_cast<double>(l.growth_bytes_per_s);
+  }
+  ASSERT_GE(found, 1) << "the growing list's line is not a candidate (" << truth_rate / 1e6 << " MB/s for "
+                      << truth["seconds"] << " s)\n"
+                      << describe_leaks(p);
+  // The program's own figure counts payload bytes; the objects' headers add a few percent.
+  EXPECT_GT(rate, truth_rate / 2) << describe_leaks(p);
+  EXPECT_LT(rate, truth_rate * 2) << describe_leaks(p);
+
+  // Allocations at both lines are attributed to them (the cache line allocates as much as the leak).
+  int64_t leak_alloc = line_metric(p, "alloc-bytes", kLeakPy, leak_line);
+  int64_t cache_alloc = line_metric(p, "alloc-bytes", kLeakPy, cache_line);
+  const double appended = static_cast<double>(truth["items"]) * static_cast<double>(truth["item_bytes"]);
+  EXPECT_NEAR(static_cast<double>(leak_alloc), appended, 0.5 * appended);
+  EXPECT_NEAR(static_cast<double>(cache_alloc), appended, 0.5 * appended);
+}
+
+TEST_P(PythonMemory, CopiesAtTheirLine) {
+  const Interpreter& py = GetParam();
+  Profiled r = profile_run({py.path, kCopyPy, "1024", "1024"});
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+  auto truth = nlohmann::json::parse(r.result.out);
+  const double copied = truth["copied"];
+  uint32_t line = marker_line(kCopyPy, "# COPY-LINE");
+  int64_t at_line = line_metric(r.profile, "copy-bytes", kCopyPy, line);
+  // 1024 copies of 1 MiB against a 1 MiB default interval: 10% is > 3 standard deviations.
+  EXPECT_NEAR(static_cast<double>(at_line), copied, 0.10 * copied);
+}
+
+INSTANTIATE_TEST_SUITE_P(Interpreters, PythonMemory, ::testing::ValuesIn(supported_interpreters()),
+                         [](const ::testing::TestParamInfo<Interpreter>& i) { return i.param.name(); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonMemory);
+
+}  // namespace
