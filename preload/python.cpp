@@ -81,7 +81,7 @@ std::atomic<uint64_t> g_main_interp{0}, g_main_gil{0};
 Interpreter g_interp;
 pthread_mutex_t g_detect_lock = PTHREAD_MUTEX_INITIALIZER;
 
-constexpr int kMaxSpans = 4;
+constexpr int kMaxSpans = 6;
 struct Span {
   uint64_t addr;
   void* dst;
@@ -252,6 +252,30 @@ struct Window {
   }
 };
 
+// The bytes of a code object that fingerprint it (identity_hash: co_filename, co_name,
+// co_firstlineno), as one range; len 0 when they lie too far apart to read cheaply.
+constexpr int32_t kFpMax = 96;
+struct FpRange {
+  int32_t lo = 0, len = 0;
+};
+FpRange fp_range(const Layout& l) {  // signal-safe
+  int32_t lo = l.co_filename, hi = l.co_filename + 8;
+  for (int32_t off : {l.co_name, l.co_firstlineno}) {
+    if (off < lo) lo = off;
+    if (off + 8 > hi) hi = off + 8;
+  }
+  return hi - lo <= kFpMax ? FpRange{lo, hi - lo} : FpRange{};
+}
+uint32_t fp_from(const Layout& l, const FpRange& r, const uint8_t* buf) {  // signal-safe
+  return fingerprint24(identity_hash(load<uint64_t>(buf, l.co_filename - r.lo), load<uint64_t>(buf, l.co_name - r.lo),
+                                     load<int32_t>(buf, l.co_firstlineno - r.lo)));
+}
+void set_fp(RawPyFrame& o, uint32_t fp) {  // signal-safe
+  o.fp[0] = static_cast<uint8_t>(fp);
+  o.fp[1] = static_cast<uint8_t>(fp >> 8);
+  o.fp[2] = static_cast<uint8_t>(fp >> 16);
+}
+
 // The frame chain from `frame`, innermost first, into out[0..max): at most one read per frame (the
 // next frame's window plus, the first time a code object is seen, its header), usually fewer.
 // `first_extra` is read together with the first frame (the GIL state, 3.12+). Returns the count;
@@ -281,6 +305,41 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
   }
   win.set(first);
   if (extra_ok) *extra_ok = got == nspans;
+
+  // Code fingerprints (RawPyFrame::fp) are read together with the reads the walk makes anyway,
+  // or two at a time when frames and code come from the window and the cache: pending[] holds
+  // the frames whose fingerprint is not read yet (0 stays when a read fails: "not checked").
+  const FpRange fpr = fp_range(l);
+  struct PendingFp {
+    int out_index;  // -1: the current frame, not emitted yet
+    uint8_t buf[kFpMax];
+  };
+  PendingFp pending[2];
+  int npending = 0;
+  uint32_t current_fp = 0;  // the current frame's, once read
+  // Appends the pending fingerprint spans to spans[]; after the read, finish_fps() stores them.
+  auto add_fps = [&](uint64_t code_of_current, Span* sp, int* nsp) {
+    for (int k = 0; k < npending; ++k) {
+      const uint64_t code = pending[k].out_index < 0 ? code_of_current : out[pending[k].out_index].code;
+      sp[(*nsp)++] = Span{code + static_cast<uint64_t>(fpr.lo), pending[k].buf, static_cast<size_t>(fpr.len)};
+    }
+  };
+  auto finish_fps = [&](int first_span, int got_spans) {
+    for (int k = 0; k < npending; ++k) {
+      const uint32_t fp = first_span + k < got_spans ? fp_from(l, fpr, pending[k].buf) : 0;
+      if (pending[k].out_index < 0) current_fp = fp;
+      else set_fp(out[pending[k].out_index], fp);
+    }
+    npending = 0;
+  };
+  // At the end of the walk: the fingerprints still pending, in one read.
+  auto flush_fps = [&]() {
+    if (npending == 0) return;
+    Span sp[2];
+    int nsp = 0;
+    add_fps(0, sp, &nsp);
+    finish_fps(0, read_spans(pid, sp, nsp));
+  };
 
   bool emitted_since_shim = false;  // 3.12+: a frame was emitted since the last CSTACK shim
   // Frames visited, emitted or not (shims, incomplete frames): a cycle cannot spin forever.
@@ -320,7 +379,15 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
       next_span = win.span_for(f.back, flen);
       spans[nspans++] = next_span;
     }
+    current_fp = 0;
+    if (!shim && fpr.len != 0) pending[npending++].out_index = -1;
+    int fp_first = -1;
+    if (npending != 0 && (nspans != 0 || npending == 2)) {
+      fp_first = nspans;
+      add_fps(f.code, spans, &nspans);
+    }
     got = nspans ? read_spans(pid, spans, nspans) : 0;
+    if (fp_first >= 0) finish_fps(fp_first, got);
     if (got < code_spans) {
       *failed = true;
       return n;
@@ -363,20 +430,29 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
         }
         offset = static_cast<uint32_t>(l.lasti_in_units ? f.instr * 2 : f.instr);
       }
+      // The current frame's fingerprint, if still pending, becomes the emitted frame's (or is
+      // dropped with the frame).
+      const bool cur_pending = npending > 0 && pending[npending - 1].out_index < 0;
+      if (cur_pending) --npending;
+      if (n == max && !incomplete) {  // depth cap: the outermost frames are dropped
+        flush_fps();
+        return n;
+      }
       if (!incomplete) {
-        if (n == max) return n;  // depth cap: the outermost frames are dropped
         RawPyFrame& o = out[n++];
         o.code = f.code;
         o.instr_offset = offset;
         o.flags = 0;
         if (!l.interpreter_frames || (l.fr_is_entry != kNone && f.is_entry)) o.flags |= kFrameEntry;
-        o.reserved[0] = o.reserved[1] = o.reserved[2] = 0;
+        set_fp(o, current_fp);
+        if (cur_pending) pending[npending++].out_index = n - 1;
         emitted_since_shim = true;
       }
     }
     if (f.back == 0) {
       // The thread's outermost frame is always an entry (3.12+: its shim may be missing).
       if (n > 0) out[n - 1].flags |= kFrameEntry;
+      flush_fps();
       return n;
     }
     if (need_next) {
@@ -888,10 +964,8 @@ uint64_t code_identity(uint64_t code) {
     if (off + 8 > end) end = off + 8;
   if (end > static_cast<int32_t>(sizeof hdr) || !read_one(own_pid(), code, hdr, static_cast<size_t>(end))) return 0;
   if (load<uint64_t>(hdr, l.ob_type) != st.code_type) return 0;
-  uint64_t h = load<uint64_t>(hdr, l.co_filename) * 0x9e3779b97f4a7c15ull;
-  h ^= load<uint64_t>(hdr, l.co_name) + 0x7f4a7c159e3779b9ull + (h << 6) + (h >> 2);
-  h ^= static_cast<uint32_t>(load<int32_t>(hdr, l.co_firstlineno)) * 0xff51afd7ed558ccdull;
-  return h | 1;  // never 0
+  return identity_hash(load<uint64_t>(hdr, l.co_filename), load<uint64_t>(hdr, l.co_name),
+                       load<int32_t>(hdr, l.co_firstlineno));
 }
 
 }  // namespace mlprof::preload::python

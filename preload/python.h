@@ -25,7 +25,7 @@ struct RawPyFrame {
   uint32_t instr_offset;  // byte offset of the current instruction in the code's bytecode;
                           // kBeforeStart when the frame has not started yet
   uint8_t flags;          // FrameFlags
-  uint8_t reserved[3];
+  uint8_t fp[3];          // fingerprint24() of the code object when sampled (little-endian)
 };
 inline constexpr uint32_t kBeforeStart = UINT32_MAX;
 
@@ -74,5 +74,18 @@ bool read_code(uint64_t code, CodeInfo* out);
 // name objects and first line), or 0 when it is not a code object: tells a code object from
 // another one later allocated at the same address.
 uint64_t code_identity(uint64_t code);
+
+// signal-safe. The hash code_identity() returns, from the three fields it covers.
+inline uint64_t identity_hash(uint64_t filename, uint64_t name, int32_t firstlineno) {
+  uint64_t h = filename * 0x9e3779b97f4a7c15ull;
+  h ^= name + 0x7f4a7c159e3779b9ull + (h << 6) + (h >> 2);
+  h ^= static_cast<uint32_t>(firstlineno) * 0xff51afd7ed558ccdull;
+  return h | 1;  // never 0
+}
+// The 24 bits of an identity that the handler stores with each frame (RawPyFrame::fp): the writer
+// names a frame only if the code object at its address still has them (a code object freed
+// between the sample and the writer's read, its address reused, must not lend its name).
+inline uint32_t fingerprint24(uint64_t identity) { return static_cast<uint32_t>(identity >> 40) & 0xffffffu; }
+inline uint32_t frame_fingerprint(const RawPyFrame& f) { return f.fp[0] | (f.fp[1] << 8) | (uint32_t{f.fp[2]} << 16); }
 
 }  // namespace mlprof::preload::python

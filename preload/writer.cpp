@@ -299,13 +299,16 @@ void Writer::announce_thread(ThreadSlot* s) {
   ++threads_seen_;
 }
 
-uint64_t Writer::code_id(uint64_t code) {
-  // Called for the frames of a stack seen for the first time. A code object freed and another
-  // allocated at its address (a module's <module> code after its import, then a function) must
-  // not keep the old name: the fingerprint is checked again, and a changed one gets a new id.
-  const uint64_t identity = python::code_identity(code);
+uint64_t Writer::code_id(uint64_t code, uint32_t fp) {
+  // A code object freed and another allocated at its address (a module's <module> code after its
+  // import, then a function) must not lend its name: the handler stored the sampled code object's
+  // fingerprint with the frame (0: not checked), and the code object now at the address must
+  // still have it. When it does not, the sampled one is gone and the frame is named as unknown.
   auto it = codes_.find(code);
-  if (it != codes_.end() && (it->second.identity == identity || identity == 0)) return it->second.id;
+  if (it != codes_.end() && (fp == 0 || python::fingerprint24(it->second.identity) == fp)) return it->second.id;
+  const uint64_t identity = python::code_identity(code);
+  if (fp != 0 && (identity == 0 || python::fingerprint24(identity) != fp)) return freed_code_id();
+  if (it != codes_.end() && identity == 0) return it->second.id;
   const uint64_t id = next_code_id_++;
   codes_[code] = CodeEntry{id, identity};
   python::CodeInfo info;
@@ -313,6 +316,21 @@ uint64_t Writer::code_id(uint64_t code) {
     info = python::CodeInfo{};
     info.qualname = "<unreadable code object>";
   }
+  send_code(id, info);
+  return id;
+}
+
+uint64_t Writer::freed_code_id() {
+  if (freed_code_id_ == 0) {
+    freed_code_id_ = next_code_id_++;
+    python::CodeInfo info;
+    info.qualname = "<code object freed before it was read>";
+    send_code(freed_code_id_, info);
+  }
+  return freed_code_id_;
+}
+
+void Writer::send_code(uint64_t id, const python::CodeInfo& info) {
   enc_.begin(wire::Record::kPyCode);
   enc_.u(id);
   enc_.str(info.filename);
@@ -321,7 +339,6 @@ uint64_t Writer::code_id(uint64_t code) {
   enc_.u(static_cast<uint8_t>(info.format));
   enc_.str(info.linetable);
   enc_.end();
-  return id;
 }
 
 uint64_t Writer::stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py,
@@ -332,7 +349,8 @@ uint64_t Writer::stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags, const 
     k.b = mix(k.b ^ 0xa4093822299f31d0ull, pcs[i] * 0x9e3779b97f4a7c15ull);
   }
   for (uint8_t i = 0; i < npy; ++i) {
-    uint64_t v = py[i].code ^ (static_cast<uint64_t>(py[i].instr_offset) << 40) ^ (static_cast<uint64_t>(py[i].flags) << 36);
+    uint64_t v = py[i].code ^ (static_cast<uint64_t>(py[i].instr_offset) << 40) ^ (static_cast<uint64_t>(py[i].flags) << 36) ^
+                 (static_cast<uint64_t>(python::frame_fingerprint(py[i])) << 12);
     k.a = mix(k.a, v);
     k.b = mix(k.b ^ 0x082efa98ec4e6c89ull, v * 0x9e3779b97f4a7c15ull + py[i].instr_offset);
   }
@@ -341,7 +359,7 @@ uint64_t Writer::stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags, const 
   ++next_stack_id_;
   // Code records must precede the stack that refers to them.
   uint64_t code_ids[kMaxPyFrames];
-  for (uint8_t i = 0; i < npy; ++i) code_ids[i] = code_id(py[i].code);
+  for (uint8_t i = 0; i < npy; ++i) code_ids[i] = code_id(py[i].code, python::frame_fingerprint(py[i]));
   enc_.begin(wire::Record::kStack);
   enc_.u(it->second);
   enc_.u(n);
@@ -537,6 +555,7 @@ void Writer::reset_stream_state() {
   next_stack_id_ = 1;
   codes_.clear();
   next_code_id_ = 1;
+  freed_code_id_ = 0;
   python_announced_ = false;
   mem_python_sent_ = false;
   last_mem_ns_ = 0;  // start() sets the new stream's base

@@ -69,7 +69,9 @@ class Writer : private WallSink {
   void reset_stream_state();
   bool open_transport(int64_t mono_ns);
   uint64_t stack_id(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py, uint8_t npy);
-  uint64_t code_id(uint64_t code);
+  uint64_t code_id(uint64_t code, uint32_t fingerprint);
+  uint64_t freed_code_id();  // the code record that names frames whose code object is gone
+  void send_code(uint64_t id, const python::CodeInfo& info);
   void check_python();
   void emit_sample(uint32_t tid, uint64_t stack_id, int64_t t_ns, uint32_t weight);
   bool wall_mode() const;
@@ -115,13 +117,14 @@ class Writer : private WallSink {
   // Wall mode (MLPROF_MODE=wall): the off-CPU sampler and the cycle's schedule.
   WallSampler wall_;
   int64_t next_tick_ns_ = 0;
-  // Code objects sent so far, by address. A code object freed and another allocated at the same
-  // address would keep the old name (docs/limits.md); code of running functions rarely dies.
+  // Code objects sent so far, by address, with their identity (code_id() checks it against the
+  // fingerprint each sampled frame carries).
   struct CodeEntry {
     uint64_t id, identity;
   };
   std::unordered_map<uint64_t, CodeEntry> codes_;
   uint64_t next_code_id_ = 1;
+  uint64_t freed_code_id_ = 0;
   bool python_announced_ = false;
   uint64_t py_walk_failed_ = 0;
 

@@ -109,7 +109,11 @@ TEST_P(PythonCThread, ThreadStartedFromCHasItsPythonLine) {
         break;
       }
     }
-  ASSERT_EQ(by_thread.size(), 1u);
+  std::string seen;
+  for (auto& [t, v] : by_thread)
+    seen += " [thread " + std::to_string(t) + " tid " + std::to_string(p.threads[t].tid) + " '" + p.threads[t].name +
+            "' cpu " + std::to_string(v) + " us]";
+  ASSERT_EQ(by_thread.size(), 1u) << "the line is on:" << seen;
   const auto& th = p.threads[by_thread.begin()->first];
   EXPECT_NE(th.tid, p.processes[th.process].pid) << "the C thread's line is on the main thread";
   EXPECT_GE(by_thread.begin()->second, 200000);
