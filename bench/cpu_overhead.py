@@ -43,7 +43,7 @@ WRAPPER_C = r"""
 #include <unistd.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-int main(int argc, char **argv) {  /* timed_exec RESULT CMD ARGS...: "wall_s child_cpu_s" */
+int main(int argc, char **argv) {  /* timed_exec RESULT CMD ARGS...: "wall_s child_cpu_s child_maxrss_kib" */
   struct timespec a, b; struct rusage ru; int st = 0;
   if (argc < 3) return 125;
   clock_gettime(CLOCK_MONOTONIC, &a);
@@ -53,8 +53,9 @@ int main(int argc, char **argv) {  /* timed_exec RESULT CMD ARGS...: "wall_s chi
   clock_gettime(CLOCK_MONOTONIC, &b);
   FILE *f = fopen(argv[1], "w");
   if (f) {
-    fprintf(f, "%.9f %.6f\n", (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9,
-            ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
+    fprintf(f, "%.9f %.6f %ld\n", (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9,
+            ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6,
+            ru.ru_maxrss);
     fclose(f);
   }
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -69,13 +70,13 @@ def sh(cmd, **kw):
         return subprocess.CompletedProcess(cmd, 127, "", str(e))
 
 
-def build_wrapper(tmp):
+def build_wrapper(tmp):  # also used by mem_overhead.py
     src, exe = os.path.join(tmp, "timed_exec.c"), os.path.join(tmp, "timed_exec")
     with open(src, "w") as f:
         f.write(WRAPPER_C)
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        return None, "no C compiler: program wall not measured"
+        return None, "no C compiler: program wall and workload RSS not measured"
     if sh([cc, "-O2", "-static", "-o", exe, src]).returncode == 0:
         return exe, None
     r = sh([cc, "-O2", "-o", exe, src])  # dynamic: LD_PRELOADed profilers also load into the wrapper
@@ -160,7 +161,7 @@ def run_once(build, cfg, cmd, wrapper, tmp, env):
     res = {"wall": wall, "rusage": ru.ru_utime + ru.ru_stime}
     if wrapper:
         with open(base + ".t") as f:
-            res["prog_wall"], res["child_cpu"] = map(float, f.read().split())
+            res["prog_wall"], res["child_cpu"] = map(float, f.read().split()[:2])
         res["proc_cpu"] = res["rusage"] - res["child_cpu"]  # the profiler process (+ wrapper, ~1 ms)
     if kind == "mlprof":
         res.update(mlprof_facts(build, base + ".mlprof", tmp))

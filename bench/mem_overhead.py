@@ -33,7 +33,7 @@ min-max. Python 3 stdlib only; needs a built tree (./scripts/build.sh).
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cpu_overhead import machine_facts, sh  # noqa: E402  (same directory: shared machine description)
+from cpu_overhead import build_wrapper, machine_facts, sh  # noqa: E402  (same directory: shared timing wrapper)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = {  # name: (path relative to the build dir, full-size args, --quick args, configurations)
@@ -42,43 +42,6 @@ WORKLOADS = {  # name: (path relative to the build dir, full-size args, --quick 
     "churn_short": ("fixtures/fixture_mem_leak", ["0", "8", "1000000"], ["0", "8", "50000"],
                     ["unprofiled", "mlprof", "mlprof exact", "heaptrack", "massif"]),
 }
-WRAPPER_C = r"""
-#include <stdio.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-int main(int argc, char **argv) {  /* timed_exec RESULT CMD ARGS...: "wall_s child_cpu_s child_maxrss_kib" */
-  struct timespec a, b; struct rusage ru; int st = 0;
-  if (argc < 3) return 125;
-  clock_gettime(CLOCK_MONOTONIC, &a);
-  pid_t p = fork();
-  if (p == 0) { execvp(argv[2], argv + 2); _exit(127); }
-  if (p < 0 || wait4(p, &st, 0, &ru) < 0) return 126;
-  clock_gettime(CLOCK_MONOTONIC, &b);
-  FILE *f = fopen(argv[1], "w");
-  if (f) {
-    fprintf(f, "%.9f %.6f %ld\n", (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9,
-            ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6,
-            ru.ru_maxrss);
-    fclose(f);
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-"""
-
-
-def build_wrapper(tmp):
-    src, exe = os.path.join(tmp, "timed_exec.c"), os.path.join(tmp, "timed_exec")
-    with open(src, "w") as f:
-        f.write(WRAPPER_C)
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        return None, "no C compiler: program wall and workload RSS not measured"
-    if sh([cc, "-O2", "-static", "-o", exe, src]).returncode == 0:
-        return exe, None
-    r = sh([cc, "-O2", "-o", exe, src])  # dynamic: preloaded profilers also load into the wrapper
-    return (exe, "static link failed: wrapper is dynamic") if r.returncode == 0 else (None, "wrapper build failed")
 
 
 def configs(build):

@@ -329,15 +329,8 @@ MLPROF_EXPORT void* mmap(void* addr, size_t len, int prot, int flags, int fd, of
   return result_;
 }
 
-MLPROF_EXPORT void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
-  auto real = get(&g_real.mmap);
-  if (__builtin_expect(!real, 0)) return sys_mmap(addr, len, prot, flags, fd, off);
-  if ((flags & MAP_FIXED) && addr) mem::before_free(addr);
-  MLPROF_FORWARD(real(addr, len, prot, flags, fd, off));
-  if (result_ != MAP_FAILED && (flags & MAP_ANONYMOUS) && !from_allocator(MLPROF_CALLER))
-    mem::after_alloc(result_, len, AllocKind::kMmap, MLPROF_CALLER);
-  return result_;
-}
+// On x86-64 mmap64 is the same function (off_t is 64-bit).
+MLPROF_EXPORT void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off_t off) __attribute__((alias("mmap")));
 
 // A sampled mapping is released when the range unmapped starts at its address (a partial unmap
 // at its start included: see docs/limits.md).

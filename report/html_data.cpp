@@ -3,6 +3,7 @@
 
 #include "report/format.h"
 #include "report/html.h"
+#include "report/json_export.h"
 #include "report/memory_sites.h"
 #include "report/source.h"
 
@@ -19,30 +20,12 @@ json per_metric(const Profile& prof, const std::vector<int64_t>& values) {
   return out;
 }
 
-json run_facts(const Profile& prof) {
-  const auto& r = prof.run;
-  return {
-      {"command", r.command},
-      {"cwd", r.cwd},
-      {"hostname", r.hostname},
-      {"mlprof_version", r.mlprof_version},
-      {"start_realtime_ns", r.start_realtime_ns},
-      {"duration_ns", r.end_ns > r.start_ns ? r.end_ns - r.start_ns : 0},
-      {"rate_hz", r.rate_hz},
-      {"timer", r.timer},
-      {"mode", r.mode},
-      {"exit_status", r.exit_status},
-      {"collector_cpu_ns", r.collector_cpu_ns},
-      {"extra", r.extra},
-  };
-}
-
 }  // namespace
 
 json report_data(const Profile& prof) {
   json d;
   d["format"] = 1;
-  d["run"] = run_facts(prof);
+  d["run"] = run_json<json>(prof.run);
   detail::RunCounters c = detail::run_counters(prof);
   d["counters"] = {{"samples", c.samples},
                    {"dropped_ring_full", c.ring_full},

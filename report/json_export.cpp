@@ -19,24 +19,6 @@ namespace {
 
 json opt_index(uint32_t i) { return i == kNone ? json(nullptr) : json(i); }
 
-json run_json(const Profile& p) {
-  const auto& r = p.run;
-  return {{"command", r.command},
-          {"cwd", r.cwd},
-          {"hostname", r.hostname},
-          {"mlprof_version", r.mlprof_version},
-          {"start_realtime_ns", r.start_realtime_ns},
-          {"start_ns", r.start_ns},
-          {"end_ns", r.end_ns},
-          {"duration_ns", r.end_ns > r.start_ns ? r.end_ns - r.start_ns : 0},
-          {"rate_hz", r.rate_hz},
-          {"timer", r.timer},
-          {"mode", r.mode},
-          {"exit_status", r.exit_status},
-          {"collector_cpu_ns", r.collector_cpu_ns},
-          {"extra", r.extra}};
-}
-
 json memory_json(const Profile& p, const profile::ProcessMemory& m) {
   const int64_t start = m.process < p.processes.size() ? p.processes[m.process].start_ns : 0;
   json timeline = json::array();
@@ -157,7 +139,7 @@ std::string export_json(const Profile& p, const JsonOptions& opt) {
   d["format"] = "mlprof-json";
   d["version"] = kJsonVersion;
   d["profile_version"] = fmt::format("{}.{}", p.version_major, p.version_minor);
-  d["run"] = run_json(p);
+  d["run"] = run_json<json>(p.run);
   json metrics = json::array();
   for (uint32_t m = 0; m < p.metrics.size(); ++m)
     metrics.push_back({{"name", p.metrics[m].name}, {"unit", p.metrics[m].unit}, {"total", detail::metric_total(p, m)}});
