@@ -28,7 +28,9 @@ class BootstrapArena {
   size_t used() const { return used_.load(std::memory_order_relaxed); }
 
  private:
-  alignas(4096) unsigned char buf_[kSize];
+  // Both initialized at compile time (zero-filled .bss): the hooks use the arena before any
+  // constructor of the preload runs, and a dynamic initializer would reset it afterwards.
+  alignas(4096) unsigned char buf_[kSize] = {};
   std::atomic<size_t> used_{0};
 };
 

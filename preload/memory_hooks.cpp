@@ -62,7 +62,7 @@ struct Real {
 
 Real g_real;  // published field by field only after every lookup finished
 bool g_resolved = false;  // every lookup was made once (a missing symbol stays nullptr)
-mem::BootstrapArena g_boot;
+constinit mem::BootstrapArena g_boot;
 __thread bool t_resolving __attribute__((tls_model("initial-exec"))) = false;
 
 template <typename Fn>
@@ -337,7 +337,10 @@ MLPROF_EXPORT void* mmap64(void* addr, size_t len, int prot, int flags, int fd, 
 MLPROF_EXPORT int munmap(void* addr, size_t len) {
   auto real = get(&g_real.munmap);
   if (__builtin_expect(!real, 0)) return static_cast<int>(syscall(SYS_munmap, addr, len));
-  mem::before_free(addr);
+  // A preloaded allocator's own unmaps are never of sampled mappings (its mmaps are not sampled),
+  // and it may call here holding its locks: no table lookup for them (a stripe lock held across
+  // fork by fork_prepare must never wait behind an allocator lock).
+  if (!from_allocator(MLPROF_CALLER)) mem::before_free(addr);
   return real(addr, len);
 }
 
