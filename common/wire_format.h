@@ -76,6 +76,7 @@ enum class Record : uint8_t {
   // Since 1.2. Process memory use, sent by the writer at >= 10 Hz while memory profiling is on:
   // mono_ns, rss_bytes (resident set size from /proc/self/statm).
   kMemUsage = 19,
+  // 20-29 reserved for the GPU records (wire 1.3, issue 7); see docs/wire-format.md.
 };
 
 // MEM_CONFIG flags.

@@ -13,7 +13,7 @@
 
 namespace mlprof::profile {
 
-inline constexpr uint16_t kFormatMajor = 1, kFormatMinor = 1;  // 1.1: memory and leak sections
+inline constexpr uint16_t kFormatMajor = 1, kFormatMinor = 2;  // 1.1: memory and leak sections; 1.2: serving, gpu
 
 // The first 8 bytes of every profile file. Distinct from the wire stream magic "MLPW".
 inline constexpr uint8_t kFileMagic[8] = {'M', 'L', 'P', 'R', 'O', 'F', 0x00, 0x1a};
@@ -25,7 +25,8 @@ namespace section {
 inline constexpr uint64_t kEnd = 0, kRunInfo = 1, kStrings = 2, kMetrics = 3, kFrames = 4,
                           kStacks = 5, kProcesses = 6, kThreads = 7, kStackValues = 8,
                           kSamples = 9, kFunctions = 10, kLines = 11, kWarnings = 12,
-                          kMemory = 13, kLeaks = 14;  // since 1.1
+                          kMemory = 13, kLeaks = 14,  // since 1.1
+                          kServing = 15, kGpu = 16;   // since 1.2 (reserved; written when present)
 }
 
 // Encodes the profile as a complete file image (current version). Never fails and never reads
