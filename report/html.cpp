@@ -1,14 +1,16 @@
 // html_report: one self-contained page. The summary facts and warnings are rendered here as escaped
-// HTML (readable without JS); the tables are rendered by assets/report.js from the embedded JSON.
+// HTML (readable without JS); every other section is drawn by the page's JS modules (assets/*.js,
+// docs/report.md) from the embedded JSON (report_data).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "mlprof_report_assets.h"  // generated from report/assets/ by report/embed_assets.cmake
 #include "report/format.h"
 #include "report/html.h"
-#include "report/memory_sites.h"
+#include "report/html_timeline.h"
 #include "report/report.h"
 
 namespace mlprof::report {
@@ -32,11 +34,31 @@ std::vector<std::pair<std::string, std::string>> summary_facts(const Profile& pr
   f.emplace_back("Samples dropped",
                  fmt::format("{} (ring full {}, no thread {}, transport {})", c.dropped(),
                              c.ring_full, c.no_thread, c.transport));
-  f.emplace_back("Sampling rate", fmt::format("{} Hz requested", r.rate_hz));
+  uint64_t unmerged = 0;
+  for (const auto& p : prof.processes) unmerged += detail::counter(p, "python_merge_failures");
+  if (unmerged)
+    f.emplace_back("Python samples unmerged",
+                   fmt::format("{} (Python frames could not be placed in the native stack)", unmerged));
+  auto achieved = r.extra.find("achieved_rate_hz");
+  f.emplace_back("Sampling rate", fmt::format("{} Hz requested{}", r.rate_hz,
+                                              achieved == r.extra.end() ? "" : ", " + achieved->second + " Hz achieved"));
   f.emplace_back("Timer", r.timer.empty() ? "-" : r.timer);
+  if (uint32_t cpu = prof.metric("cpu"); cpu != profile::kNone) {
+    CpuUsage u = cpu_usage(prof);
+    f.emplace_back("CPU time", detail::format_value(detail::metric_total(prof, cpu), "us"));
+    if (u.duration_ns > 0)
+      f.emplace_back("Cores used", fmt::format("{:.2f} on average, {:.2f} at peak{}", u.average_cores, u.peak_cores,
+                                               u.cpus ? fmt::format(" (of {} CPUs)", u.cpus) : ""));
+  }
+  int64_t peak_rss = 0;
+  for (const auto& m : prof.memory) peak_rss = std::max(peak_rss, m.peak_rss_bytes);
+  if (peak_rss > 0)
+    f.emplace_back("Peak RSS",
+                   detail::format_value(peak_rss, "bytes") + (prof.memory.size() > 1 ? " (largest process)" : ""));
   for (uint32_t m = 0; m < prof.metrics.size(); ++m)
-    f.emplace_back("Total " + prof.metrics[m].name,
-                   detail::format_value(detail::metric_total(prof, m), prof.metrics[m].unit));
+    if (prof.metrics[m].name != "cpu")  // shown as "CPU time" above
+      f.emplace_back("Total " + prof.metrics[m].name,
+                     detail::format_value(detail::metric_total(prof, m), prof.metrics[m].unit));
   if (!r.hostname.empty()) f.emplace_back("Host", r.hostname);
   if (!r.cwd.empty()) f.emplace_back("Working directory", r.cwd);
   if (!r.mlprof_version.empty()) f.emplace_back("mlprof version", r.mlprof_version);
@@ -52,7 +74,8 @@ std::string facts_section(const Profile& prof) {
   std::string out = "<section id=\"summary\">\n<h2>Summary</h2>\n<dl class=\"facts\">\n";
   for (const auto& [k, v] : summary_facts(prof))
     out += fmt::format("<dt>{}</dt><dd>{}</dd>\n", esc(k), esc(v));
-  return out + "</dl>\n</section>\n";
+  // "What to look at first" (data["hints"], rendered by assets/summary.js).
+  return out + "</dl>\n<div id=\"hints\" class=\"hints\"></div>\n</section>\n";
 }
 
 std::string warnings_section(const Profile& prof) {
@@ -62,11 +85,6 @@ std::string warnings_section(const Profile& prof) {
                                 all.size());
   for (const auto& w : all) out += "<li>" + esc(w) + "</li>\n";
   return out + "</ul>\n</section>\n";
-}
-
-std::string table_section(const char* id, const char* title) {
-  return fmt::format("<section id=\"{0}\">\n<h2>{1}</h2>\n<div class=\"table-host\" id=\"{0}-table\"></div>\n</section>\n",
-                     id, title);
 }
 
 }  // namespace
@@ -82,23 +100,21 @@ std::string html_report(const Profile& prof) {
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   out += "<title>mlprof: " + esc(title) + "</title>\n<style>\n";
   out += assets::report_css;
-  out += "</style>\n</head>\n<body>\n<header>\n<h1>mlprof profile</h1>\n";
-  out += "<p class=\"command\"><code>" + esc(detail::shell_join(prof.run.command)) + "</code></p>\n";
-  out += "<div id=\"controls\"></div>\n</header>\n<main>\n";
+  out += "</style>\n</head>\n<body>\n<header>\n<div class=\"title\"><h1>mlprof</h1>\n";
+  out += "<p class=\"command\"><code>" + esc(detail::shell_join(prof.run.command)) + "</code></p></div>\n";
+  out += "<nav id=\"nav\" aria-label=\"Sections\"></nav>\n</header>\n<main>\n";
   out += facts_section(prof);
   out += warnings_section(prof);
-  out += "<noscript>\n<p class=\"note\">JavaScript is off: the sortable tables are replaced by the text summary.</p>\n<pre class=\"text-summary\">";
+  out += "<noscript>\n<p class=\"note\">JavaScript is off: the interactive views (flame graph, source, timelines, "
+         "tables) are replaced by the text summary.</p>\n<pre class=\"text-summary\">";
   out += html_escape(text_summary(prof, text_opt));
   out += "</pre>\n</noscript>\n";
-  out += table_section("functions", "Functions");
-  out += table_section("lines", "Source lines");
-  out += table_section("processes", "Processes");
-  out += table_section("threads", "Threads");
-  if (detail::has_memory(prof)) out += table_section("leaks", "Leak candidates");
+  // The interactive sections are built by the page's JS (assets/*.js) from the embedded data.
+  out += "<div id=\"sections\"></div>\n";
   out += "</main>\n<script type=\"application/json\" id=\"mlprof-data\">";
   out += json_for_script(report_data(prof));
   out += "</script>\n<script>\n";
-  out += assets::report_js;
+  for (std::string_view js : assets::scripts) out += js;  // the modules, in report/CMakeLists.txt order
   out += "</script>\n</body>\n</html>\n";
   return out;
 }

@@ -1,10 +1,18 @@
 // report_data: the profile as the JSON the HTML page renders.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "report/format.h"
+#include "report/gpu_json.h"
 #include "report/html.h"
+#include "report/html_flame.h"
+#include "report/html_hints.h"
+#include "report/html_source.h"
+#include "report/html_timeline.h"
 #include "report/json_export.h"
 #include "report/memory_sites.h"
+#include "report/serving_json.h"
 #include "report/source.h"
 
 namespace mlprof::report {
@@ -24,8 +32,9 @@ json per_metric(const Profile& prof, const std::vector<int64_t>& values) {
 
 json report_data(const Profile& prof) {
   json d;
-  d["format"] = 1;
+  d["format"] = 2;
   d["run"] = run_json<json>(prof.run);
+  d["gpu"] = gpu_json<json>(prof);  // the GPU section (docs/gpu.md); rendered by the page once wired
   detail::RunCounters c = detail::run_counters(prof);
   d["counters"] = {{"samples", c.samples},
                    {"dropped_ring_full", c.ring_full},
@@ -46,8 +55,13 @@ json report_data(const Profile& prof) {
   d["warnings"] = detail::all_warnings(prof);
 
   uint32_t sort_metric = dm == profile::kNone ? 0 : dm;
+  // The tables list the hottest rows; the rest are counted (functions_omitted / lines_omitted).
+  constexpr size_t kMaxRows = 5000;
   json& fns = d["functions"] = json::array();
-  for (size_t i : detail::functions_by_self(prof, sort_metric)) {
+  auto fn_order = detail::functions_by_self(prof, sort_metric);
+  d["functions_omitted"] = fn_order.size() > kMaxRows ? fn_order.size() - kMaxRows : 0;
+  if (fn_order.size() > kMaxRows) fn_order.resize(kMaxRows);
+  for (size_t i : fn_order) {
     const auto& f = prof.functions[i];
     fns.push_back({{"name", prof.str(f.function)},
                    {"module", prof.str(f.module)},
@@ -60,7 +74,10 @@ json report_data(const Profile& prof) {
   SourceCache sources;
   size_t with_source = 0;
   constexpr size_t kMaxSourceLines = 2000;  // the hottest lines carry their text; the rest do not
-  for (size_t i : detail::lines_by_self(prof, sort_metric)) {
+  auto line_order = detail::lines_by_self(prof, sort_metric);
+  d["lines_omitted"] = line_order.size() > kMaxRows ? line_order.size() - kMaxRows : 0;
+  if (line_order.size() > kMaxRows) line_order.resize(kMaxRows);
+  for (size_t i : line_order) {
     const auto& l = prof.lines[i];
     const std::string& file = prof.str(l.file);
     lines.push_back({{"file", file},
@@ -113,6 +130,21 @@ json report_data(const Profile& prof) {
                      {"confidence", c.confidence_permille / 1000.0},
                      {"site", detail::site_label(prof, c.stack)}});
   d["memory"] = detail::has_memory(prof);
+
+  // The interactive views (docs/report.md): flame graph trees, source view, hints, timelines.
+  CpuUsage u = cpu_usage(prof);
+  d["usage"] = {{"duration_ns", u.duration_ns}, {"average_cores", u.average_cores},
+                {"peak_cores", u.peak_cores}, {"peak_t_ns", u.peak_t_ns}, {"bucket_ns", u.bucket_ns},
+                {"peak_busy_threads", u.peak_busy_threads},
+                {"cpus", u.cpus ? json(u.cpus) : json(nullptr)}};
+  int64_t peak_rss = 0;
+  for (const auto& m : prof.memory) peak_rss = std::max(peak_rss, m.peak_rss_bytes);
+  d["usage"]["peak_rss_bytes"] = peak_rss ? json(peak_rss) : json(nullptr);
+  d["hints"] = hints_json(hints(prof));
+  d["flame"] = flame_data(prof);
+  d["source"] = source_data(prof);
+  d["serving"] = serving_json<json>(prof);  // the Serving section (null without --requests)
+  d["timelines"] = timeline_data(prof);
   return d;
 }
 

@@ -111,7 +111,7 @@ TEST(ReportHtml, SelfContained) {
   EXPECT_EQ(html.find("@import"), std::string::npos);
   EXPECT_EQ(html.find("url("), std::string::npos);
   EXPECT_NE(html.find("<style>"), std::string::npos);
-  EXPECT_NE(html.find("sortabletable"), std::string::npos);  // the embedded JS (assets/report.js)
+  EXPECT_NE(html.find("sortabletable"), std::string::npos);  // the embedded JS (assets/tables.js)
   EXPECT_NE(html.find("<noscript>"), std::string::npos);
   EXPECT_NE(html.find("<!doctype html>"), std::string::npos);
 }
@@ -154,7 +154,7 @@ TEST(ReportHtml, EmbeddedJsonHoldsTheNumbers) {
 TEST(ReportHtml, StaticSummaryWithoutScript) {
   std::string html = html_report(make_report_profile());
   EXPECT_NE(html.find("<dt>Samples taken</dt><dd>100</dd>"), std::string::npos);
-  EXPECT_NE(html.find("<dt>Total cpu</dt><dd>100.0 ms</dd>"), std::string::npos);
+  EXPECT_NE(html.find("<dt>CPU time</dt><dd>100.0 ms</dd>"), std::string::npos);
   EXPECT_NE(html.find("<li>no debug info for /lib/libfoo.so</li>"), std::string::npos);
   size_t ns = html.find("<noscript>"), ne = html.find("</noscript>");
   ASSERT_NE(ns, std::string::npos);

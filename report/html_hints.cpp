@@ -1,0 +1,155 @@
+// "What to look at first" (html_hints.h).
+#include "report/html_hints.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "report/format.h"
+#include "report/html_timeline.h"
+#include "report/memory_sites.h"
+#include "report/report.h"
+
+namespace mlprof::report {
+
+using profile::kNone;
+using profile::Profile;
+
+namespace {
+
+double share(int64_t part, int64_t whole) {
+  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+std::string where(const Profile& p, const profile::LineStat& l) {
+  std::string fn = p.str(l.function);
+  return fmt::format("{}:{}{}", detail::basename(p.str(l.file)), l.line, fn.empty() ? "" : " (" + fn + ")");
+}
+
+}  // namespace
+
+std::vector<Hint> hints(const Profile& p) {
+  std::vector<Hint> out;
+  const uint32_t cpu = p.metric("cpu");
+  const int64_t cpu_total = cpu == kNone ? 0 : detail::metric_total(p, cpu);
+
+  // Hottest lines (self CPU: the innermost Python line, or a native leaf line), up to 3 above 5%.
+  if (cpu_total > 0) {
+    size_t n = 0;
+    for (size_t i : detail::lines_by_self(p, cpu)) {
+      const auto& l = p.lines[i];
+      double s = share(detail::at(l.self, cpu), cpu_total);
+      if (s < 5.0 || n == 3) break;
+      Hint h{"hot-line",
+             "info",
+             fmt::format("{} uses {:.0f}% of the CPU time: start with this line.", where(p, l), s),
+             p.str(l.file),
+             l.line,
+             p.str(l.function)};
+      if (n > 0) h.text = fmt::format("{} uses {:.0f}% of the CPU time.", where(p, l), s);
+      out.push_back(std::move(h));
+      ++n;
+    }
+    if (n == 0) {  // no line stands out (or no line info): the hottest function
+      auto order = detail::functions_by_self(p, cpu);
+      if (!order.empty()) {
+        const auto& f = p.functions[order[0]];
+        double s = share(detail::at(f.self, cpu), cpu_total);
+        if (s >= 5.0)
+          out.push_back({"hot-function", "info",
+                         fmt::format("Function {} uses {:.0f}% of the CPU time itself.",
+                                     detail::function_label(p, f), s),
+                         p.str(f.file), f.first_line, p.str(f.function)});
+      }
+    }
+  }
+  // High system time.
+  if (uint32_t sys = p.metric("cpu-system"); sys != kNone && cpu_total > 0) {
+    double s = share(detail::metric_total(p, sys), cpu_total);
+    if (s >= 20.0)
+      out.push_back({"system-time", "warn",
+                     fmt::format("{:.0f}% of the CPU time is spent in the kernel (system calls: I/O, memory "
+                                 "mapping, locks): look at the cpu-system metric in the flame graph.",
+                                 s),
+                     "", 0, ""});
+  }
+  // Waiting (wall mode).
+  if (uint32_t w = p.metric("wait"), wall = p.metric("wall"); w != kNone && wall != kNone) {
+    double s = share(detail::metric_total(p, w), detail::metric_total(p, wall));
+    if (s >= 50.0)
+      out.push_back(
+          {"waiting", "info",
+           fmt::format("Threads spent {:.0f}% of their wall time waiting off-CPU (sleep, I/O, locks, GIL): "
+                       "the wait metric shows where.",
+                       s),
+           "", 0, ""});
+  }
+  // Memory: the biggest allocation site and the site holding most at the peak.
+  auto site_hint = [&](const char* metric, const char* kind, const char* what) {
+    uint32_t m = p.metric(metric);
+    if (m == kNone) return;
+    int64_t total = detail::metric_total(p, m);
+    auto rows = detail::sites_by(p, m);
+    if (rows.empty() || total <= 0 || rows[0].frame >= p.frames.size()) return;
+    const auto& f = p.frames[rows[0].frame];
+    int64_t v = detail::at(rows[0].values, m);
+    if (share(v, total) < 10.0) return;  // no site stands out
+    out.push_back({kind, "info",
+                   fmt::format("{} {} {} ({:.0f}% of the total).", frame_name(p, rows[0].frame), what,
+                               detail::format_value(v, p.metrics[m].unit), share(v, total)),
+                   p.str(f.file), f.line, p.str(f.function)});
+  };
+  site_hint("alloc-bytes", "alloc-site", "allocates");
+  site_hint("live-peak-bytes", "peak-site", "holds at the heap's peak");
+  // Leak candidates.
+  if (!p.leaks.empty()) {
+    const auto& c = p.leaks[0];
+    std::string growth =
+        c.growth_bytes_per_s ? ", growing " + detail::format_value(c.growth_bytes_per_s, "bytes") + "/s" : "";
+    out.push_back(
+        {"leak", "warn",
+         fmt::format("{} leak candidate{}; the biggest: {} ({}{}, {}).", p.leaks.size(),
+                     p.leaks.size() == 1 ? "" : "s", detail::site_label(p, c.stack),
+                     detail::format_value(c.bytes, "bytes"), growth, detail::leak_kind_name(c.kind)),
+         "", 0, ""});
+  }
+  // More busy threads than CPUs.
+  CpuUsage u = cpu_usage(p);
+  if (u.cpus > 0 && u.peak_busy_threads > u.cpus) {
+    size_t procs = 0;
+    for (const auto& pr : p.processes) procs += detail::counter(pr, "samples") > 0;
+    out.push_back({"oversubscribed", "warn",
+                   fmt::format("Up to {} threads were busy at the same time{} on {} CPU{}: they take turns. "
+                               "Thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, torch.set_num_threads) times "
+                               "processes should not exceed the CPUs.",
+                               u.peak_busy_threads, procs >= 2 ? fmt::format(" in {} processes", procs) : "",
+                               u.cpus, u.cpus == 1 ? "" : "s"),
+                   "", 0, ""});
+  }
+  // Lost samples.
+  detail::RunCounters rc = detail::run_counters(p);
+  if (rc.samples > 0 && rc.dropped() * 100 >= rc.samples) {
+    out.push_back(
+        {"dropped-samples", "warn",
+         fmt::format(
+             "{} samples were dropped ({:.1f}% of {}): figures are underestimated; try a lower --rate.",
+             rc.dropped(), share(static_cast<int64_t>(rc.dropped()), static_cast<int64_t>(rc.samples)),
+             rc.samples),
+         "", 0, ""});
+  }
+  return out;
+}
+
+nlohmann::json hints_json(const std::vector<Hint>& hs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& h : hs) {
+    nlohmann::json j{{"kind", h.kind}, {"severity", h.severity}, {"text", h.text}};
+    if (!h.file.empty()) j["file"] = h.file;
+    if (h.line) j["line"] = h.line;
+    if (!h.function.empty()) j["function"] = h.function;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace mlprof::report

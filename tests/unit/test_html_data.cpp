@@ -1,0 +1,354 @@
+// The HTML report's data builders (report/html_flame.h, html_source.h, html_hints.h,
+// html_timeline.h) against profiles built by hand, whose answers are known by construction.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <numeric>
+
+#include "profile/aggregate.h"
+#include "report/html.h"
+#include "report/html_flame.h"
+#include "report/html_hints.h"
+#include "report/html_source.h"
+#include "report/html_timeline.h"
+#include "report/report.h"
+
+namespace mlprof::report_test {
+profile::Profile make_report_profile();
+}
+
+using mlprof::profile::Frame;
+using mlprof::profile::FrameKind;
+using mlprof::profile::Profile;
+using nlohmann::json;
+namespace report = mlprof::report;
+
+namespace {
+
+uint32_t intern(Profile& p, const std::string& s) {
+  for (uint32_t i = 0; i < p.strings.size(); ++i)
+    if (p.strings[i] == s) return i;
+  p.strings.push_back(s);
+  return static_cast<uint32_t>(p.strings.size() - 1);
+}
+
+// Children of `node` in a flame tree: frame name -> value of metric m.
+std::map<std::string, int64_t> children(const json& flame, const json& tree, int node, int m = 0) {
+  std::map<std::string, int64_t> out;
+  for (size_t i = 0; i < tree["parent"].size(); ++i) {
+    if (tree["parent"][i] != node) continue;
+    int f = tree["frame"][i];
+    std::string name = f < 0 ? "[rare]" : flame["frames"]["name"][f].get<std::string>();
+    out[name] += tree["values"][m][i].get<int64_t>();
+  }
+  return out;
+}
+
+int child_index(const json& flame, const json& tree, int node, const std::string& name) {
+  for (size_t i = 0; i < tree["parent"].size(); ++i) {
+    int f = tree["frame"][i];
+    if (tree["parent"][i] == node && f >= 0 && flame["frames"]["name"][f] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// A profile with one Python thread: `rows` of (function, line, cpu us) single-frame stacks under
+// a common "<module>" frame at line 1 of `file`.
+Profile python_profile(const std::string& file,
+                       const std::vector<std::tuple<std::string, uint32_t, int64_t>>& rows) {
+  Profile p;
+  p.metrics = {{"cpu", "us"}};
+  p.processes.resize(1);
+  p.processes[0].pid = 10;
+  p.threads = {{0, 10, "main", 0, 0}};
+  uint32_t f_file = intern(p, file);
+  p.frames.push_back({intern(p, "<module>"), f_file, 1, 0, 0, FrameKind::kPython, false});
+  for (auto& [fn, line, us] : rows) {
+    p.frames.push_back({intern(p, fn), f_file, line, 0, 0, FrameKind::kPython, false});
+    p.stacks.push_back({{static_cast<uint32_t>(p.frames.size() - 1), 0}, false});
+    p.stack_values.push_back({0, static_cast<uint32_t>(p.stacks.size() - 1), {us}});
+  }
+  mlprof::profile::compute_aggregates(p);
+  return p;
+}
+
+}  // namespace
+
+TEST(HtmlFlame, TreeValuesAreInclusiveSumsOfTheStacks) {
+  Profile p = mlprof::report_test::make_report_profile();
+  json f = report::flame_data(p);
+  const json& all = f["trees"][0];
+  EXPECT_EQ(all["id"], "all");
+  EXPECT_EQ(all["parent"][0], -1);
+  EXPECT_EQ(all["values"][0][0], 100000);  // root = grand total
+  auto top = children(f, all, 0);
+  EXPECT_EQ(top["main"], 90000);
+  EXPECT_EQ(top["[truncated stack]"], 10000);
+  int main_node = child_index(f, all, 0, "main");
+  ASSERT_GE(main_node, 0);
+  auto under_main = children(f, all, main_node);
+  EXPECT_EQ(under_main["compute"], 60000);
+  EXPECT_EQ(under_main["[unknown] libfoo.so"], 25000);
+  int compute = child_index(f, all, main_node, "compute");
+  EXPECT_EQ(children(f, all, compute)["add_one"], 50000);
+  EXPECT_EQ(children(f, all, compute)["memcpy"], 10000);
+  // Second metric (alloc bytes): only the memcpy stack.
+  EXPECT_EQ(all["values"][1][0], 4096);
+  EXPECT_TRUE(all["rare"].empty());
+  EXPECT_EQ(all["trimmed"]["nodes"], 0);
+  // Two processes and three threads: per-process and per-thread trees whose roots are their totals.
+  int64_t process_sum = 0, thread_sum = 0;
+  size_t processes = 0, threads = 0;
+  for (const auto& t : f["trees"]) {
+    if (t["scope"] == "process") {
+      ++processes;
+      process_sum += t["values"][0][0].get<int64_t>();
+    }
+    if (t["scope"] == "thread") {
+      ++threads;
+      thread_sum += t["values"][0][0].get<int64_t>();
+    }
+  }
+  EXPECT_EQ(processes, 2u);
+  EXPECT_EQ(threads, 3u);
+  EXPECT_EQ(process_sum, 100000);
+  EXPECT_EQ(thread_sum, 100000);
+}
+
+TEST(HtmlFlame, PythonFramesSplitByLineNativeFramesDoNot) {
+  Profile p = python_profile("/x/app.py", {{"work", 5, 100}, {"work", 7, 50}});
+  // Two native frames of one function at different lines.
+  uint32_t fn = intern(p, "blas_kernel"), so = intern(p, "/usr/lib/libblas.so"), src = intern(p, "/src/k.c");
+  p.frames.push_back({fn, src, 11, so, 0x10, FrameKind::kNative, false});
+  p.frames.push_back({fn, src, 12, so, 0x20, FrameKind::kNative, false});
+  uint32_t n = static_cast<uint32_t>(p.frames.size());
+  p.stacks.push_back({{n - 2, 0}, false});
+  p.stacks.push_back({{n - 1, 0}, false});
+  p.stack_values.push_back({0, static_cast<uint32_t>(p.stacks.size() - 2), {30}});
+  p.stack_values.push_back({0, static_cast<uint32_t>(p.stacks.size() - 1), {20}});
+  json f = report::flame_data(p);
+  const json& all = f["trees"][0];
+  int module = child_index(f, all, 0, "<module>");
+  ASSERT_GE(module, 0);
+  size_t work_nodes = 0, blas_nodes = 0;
+  for (size_t i = 0; i < all["parent"].size(); ++i) {
+    if (all["parent"][i] != module) continue;
+    std::string name = f["frames"]["name"][all["frame"][i].get<int>()];
+    work_nodes += name == "work";
+    if (name == "blas_kernel") {
+      ++blas_nodes;
+      EXPECT_EQ(all["values"][0][i], 50);
+    }
+  }
+  EXPECT_EQ(work_nodes, 2u);
+  EXPECT_EQ(blas_nodes, 1u);
+}
+
+TEST(HtmlFlame, RareStacksAreSummarizedNotDropped) {
+  // One heavy stack and 500 distinct light ones under the same root function.
+  Profile p;
+  p.metrics = {{"cpu", "us"}, {"alloc-bytes", "bytes"}};
+  p.processes.resize(1);
+  p.threads = {{0, 1, "t", 0, 0}};
+  uint32_t root = intern(p, "root");
+  p.frames.push_back({root, 0, 0, 0, 0, FrameKind::kNative, false});
+  p.frames.push_back({intern(p, "heavy"), 0, 0, 0, 0, FrameKind::kNative, false});
+  p.stacks.push_back({{1, 0}, false});
+  p.stack_values.push_back({0, 0, {1000000, 0}});
+  for (int i = 0; i < 500; ++i) {
+    p.frames.push_back({intern(p, "light" + std::to_string(i)), 0, 0, 0, 0, FrameKind::kNative, false});
+    p.stacks.push_back({{static_cast<uint32_t>(p.frames.size() - 1), 0}, false});
+    p.stack_values.push_back({0, static_cast<uint32_t>(p.stacks.size() - 1), {10, i == 7 ? 5000 : 0}});
+  }
+  report::FlameOptions opt;
+  opt.max_nodes = 50;
+  json f = report::flame_data(p, opt);
+  const json& all = f["trees"][0];
+  ASSERT_EQ(all["rare"].size(), 1u);
+  int rare_node = all["rare"][0][0];
+  // 50 kept + 1 rare node; the heaviest light stack by alloc-bytes (light7) is among the kept.
+  EXPECT_EQ(all["parent"].size(), 51u);
+  EXPECT_GE(child_index(f, all, 1, "light7"), 0);
+  EXPECT_GE(child_index(f, all, 1, "heavy"), 0);
+  // Nothing lost: root's children add up to the root, per metric.
+  for (int m = 0; m < 2; ++m) {
+    auto c = children(f, all, 1, m);
+    int64_t sum = 0;
+    for (auto& [name, v] : c) sum += v;
+    EXPECT_EQ(sum, all["values"][m][1]) << m;
+  }
+  const int kept_light = static_cast<int>(children(f, all, 1).size()) - 2;  // minus heavy and [rare]
+  EXPECT_EQ(all["rare"][0][1], 500 - kept_light);                           // stacks it stands for
+  EXPECT_EQ(all["values"][0][rare_node], 10 * (500 - kept_light));
+  EXPECT_EQ(all["trimmed"]["stacks"], 500 - kept_light);
+  EXPECT_EQ(all["trimmed"]["nodes"], 500 - kept_light);
+}
+
+TEST(HtmlSource, HotRegionsCarryTheirTextOnly) {
+  std::string path = ::testing::TempDir() + "/mlprof_html_source.py";
+  {
+    std::ofstream f(path);
+    for (int i = 1; i <= 40; ++i)
+      f << (i == 10 ? "    hot_line()  # ten" : "line" + std::to_string(i)) << "\n";
+  }
+  Profile p = python_profile(path, {{"work", 10, 900}, {"work", 30, 100}, {"other", 38, 0}});
+  report::SourceOptions opt;
+  opt.context = 2;
+  json s = report::source_data(p, opt);
+  ASSERT_EQ(s["files"].size(), 1u);
+  const json& f = s["files"][0];
+  EXPECT_EQ(f["path"], path);
+  EXPECT_TRUE(f["readable"]);
+  EXPECT_EQ(f["total"][0], 1000);
+  EXPECT_EQ(f["line"], json({10, 30}));
+  EXPECT_EQ(f["hot"], json({1, 1}));
+  EXPECT_EQ(f["self"][0][0], 900);
+  ASSERT_EQ(f["regions"].size(), 2u);
+  EXPECT_EQ(f["regions"][0]["start"], 8);
+  EXPECT_EQ(f["regions"][0]["text"].size(), 5u);
+  EXPECT_EQ(f["regions"][0]["text"][2], "    hot_line()  # ten");  // indentation kept
+  EXPECT_EQ(f["regions"][1]["start"], 28);
+  // Nothing outside the regions is embedded.
+  EXPECT_EQ(json(f["regions"]).dump().find("line1\""), std::string::npos);
+  unlink(path.c_str());
+
+  Profile q = python_profile("<generated>", {{"gen", 3, 10}});
+  json t = report::source_data(q);
+  ASSERT_EQ(t["files"].size(), 1u);
+  EXPECT_FALSE(t["files"][0]["readable"]);
+  EXPECT_TRUE(t["files"][0]["regions"].empty());
+}
+
+TEST(HtmlHints, HottestLineFirstAndSystemTime) {
+  Profile p = python_profile("/x/app.py", {{"work", 12, 700}, {"load", 30, 300}});
+  auto hs = report::hints(p);
+  ASSERT_GE(hs.size(), 2u);
+  EXPECT_EQ(hs[0].kind, "hot-line");
+  EXPECT_EQ(hs[0].file, "/x/app.py");
+  EXPECT_EQ(hs[0].line, 12u);
+  EXPECT_NE(hs[0].text.find("app.py:12"), std::string::npos) << hs[0].text;
+  EXPECT_NE(hs[0].text.find("70%"), std::string::npos) << hs[0].text;
+  EXPECT_EQ(hs[1].line, 30u);
+  for (const auto& h : hs) EXPECT_NE(h.kind, "system-time");
+  // Add a cpu-system metric holding 40% of cpu.
+  p.metrics.push_back({"cpu-system", "us"});
+  p.stack_values[0].values.push_back(400);
+  p.stack_values[1].values.push_back(0);
+  mlprof::profile::compute_aggregates(p);
+  bool system = false;
+  for (const auto& h : report::hints(p))
+    system |= h.kind == "system-time" && h.text.find("40%") != std::string::npos;
+  EXPECT_TRUE(system);
+}
+
+// `threads` threads each busy all the time for 1 s at 100 Hz (weight 1 = 10 ms).
+Profile busy_threads(int threads, const std::string& cpus) {
+  Profile p;
+  p.metrics = {{"cpu", "us"}};
+  p.run.start_ns = 1'000'000'000;
+  p.run.end_ns = 2'000'000'000;
+  p.run.rate_hz = 100;
+  if (!cpus.empty()) p.run.extra["cpus"] = cpus;
+  p.processes.resize(1);
+  p.frames.push_back({intern(p, "spin"), 0, 0, 0, 0, FrameKind::kNative, false});
+  p.stacks.push_back({{0}, false});
+  for (int t = 0; t < threads; ++t) {
+    p.threads.push_back({0, static_cast<uint32_t>(100 + t), "omp", 0, 0});
+    p.stack_values.push_back({static_cast<uint32_t>(t), 0, {1'000'000}});
+  }
+  for (int k = 0; k < 100; ++k)
+    for (int t = 0; t < threads; ++t)
+      p.samples.push_back({static_cast<uint32_t>(t), 0, p.run.start_ns + k * 10'000'000 + t, 1});
+  mlprof::profile::compute_aggregates(p);
+  return p;
+}
+
+TEST(HtmlTimeline, CoresUsedFromSamples) {
+  Profile p = busy_threads(3, "8");
+  report::CpuUsage u = report::cpu_usage(p);
+  EXPECT_EQ(u.duration_ns, 1'000'000'000);
+  EXPECT_NEAR(u.average_cores, 3.0, 1e-9);
+  EXPECT_NEAR(u.peak_cores, 3.0, 0.01);
+  EXPECT_EQ(u.peak_busy_threads, 3u);
+  EXPECT_EQ(u.cpus, 8u);
+  json t = report::timeline_data(p);
+  ASSERT_EQ(t["cpu"].size(), 1u);  // one process: only "all"
+  const json& pts = t["cpu"][0]["points"];
+  ASSERT_GE(pts.size(), 10u);
+  EXPECT_LE(pts.size(), 400u);
+  double sum = 0;
+  for (const auto& pt : pts) sum += pt[1].get<double>();
+  EXPECT_NEAR(sum / pts.size(), 3.0, 0.05);
+  ASSERT_EQ(t["strips"]["threads"].size(), 3u);
+  for (const auto& s : t["strips"]["threads"])
+    for (const auto& b : s["busy"]) EXPECT_GE(b.get<int>(), 90);
+}
+
+TEST(HtmlTimeline, MemoryDownsamplingKeepsThePeak) {
+  Profile p;
+  p.run.start_ns = 0;
+  p.run.end_ns = 10'000'000'000;
+  p.processes.resize(1);
+  p.processes[0].pid = 5;
+  mlprof::profile::ProcessMemory m;
+  for (int i = 0; i < 5000; ++i) m.timeline.push_back({i * 2'000'000LL, i == 3333 ? 999'999 : 1000 + i, i});
+  p.memory.push_back(m);
+  // start_ns = 0 is "unknown": the span comes from the timeline.
+  json t = report::timeline_data(p);
+  ASSERT_EQ(t["memory"].size(), 1u);
+  const json& rss = t["memory"][0]["rss"];
+  EXPECT_LE(rss.size(), 800u);
+  int64_t max = 0;
+  for (const auto& pt : rss) max = std::max(max, pt[1].get<int64_t>());
+  EXPECT_EQ(max, 999'999);
+}
+
+TEST(HtmlHints, MoreBusyThreadsThanCpus) {
+  auto kinds = [](const Profile& p) {
+    std::vector<std::string> k;
+    for (const auto& h : report::hints(p)) k.push_back(h.kind);
+    return k;
+  };
+  auto has = [](const std::vector<std::string>& v, const char* k) {
+    return std::find(v.begin(), v.end(), k) != v.end();
+  };
+  EXPECT_TRUE(has(kinds(busy_threads(4, "2")), "oversubscribed"));
+  EXPECT_FALSE(has(kinds(busy_threads(4, "8")), "oversubscribed"));
+  EXPECT_FALSE(has(kinds(busy_threads(4, "")), "oversubscribed"));  // CPU count unknown: no claim
+  Profile q = busy_threads(4, "16");
+  q.run.extra["cpu_quota"] = "1.50";  // a cgroup limit below the CPU count wins
+  EXPECT_TRUE(has(kinds(q), "oversubscribed"));
+  for (const auto& h : report::hints(busy_threads(4, "2")))
+    if (h.kind == "oversubscribed") EXPECT_NE(h.text.find("Up to 4 threads"), std::string::npos) << h.text;
+}
+
+TEST(HtmlData, PageDataHasTheInteractiveParts) {
+  Profile p = mlprof::report_test::make_report_profile();
+  json d = report::report_data(p);
+  EXPECT_EQ(d["format"], 2);
+  EXPECT_TRUE(d["flame"]["trees"].is_array());
+  EXPECT_TRUE(d["source"]["files"].is_array());
+  EXPECT_TRUE(d["hints"].is_array());
+  EXPECT_TRUE(d["timelines"]["cpu"].is_array());
+  EXPECT_NEAR(d["usage"]["average_cores"].get<double>(), 100000e3 / 2.5e9, 1e-9);
+  EXPECT_EQ(d["functions_omitted"], 0);
+}
+
+TEST(HtmlData, PageHasTheModulesInOrderAndTheHosts) {
+  std::string html = mlprof::report::html_report(mlprof::report_test::make_report_profile());
+  size_t core = html.find("window.MLPROF = window.MLPROF || {}");  // core.js
+  size_t charts = html.find("M.charts = {");                       // charts.js
+  size_t flame = html.find("id: \"flame\"");                       // flame.js registers itself
+  size_t boot = html.find("document.body.dataset.ready = \"1\"");  // main.js renders, last
+  ASSERT_NE(core, std::string::npos);
+  ASSERT_NE(charts, std::string::npos);
+  ASSERT_NE(flame, std::string::npos);
+  ASSERT_NE(boot, std::string::npos);
+  EXPECT_LT(core, charts);
+  EXPECT_LT(charts, flame);
+  EXPECT_LT(flame, boot);
+  EXPECT_NE(html.find("<div id=\"sections\"></div>"), std::string::npos);
+  EXPECT_NE(html.find("<div id=\"hints\" class=\"hints\"></div>"), std::string::npos);
+  EXPECT_NE(html.find("<dt>Cores used</dt>"), std::string::npos);
+}
