@@ -148,7 +148,17 @@ void MemoryTracker::alloc(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_
   const uint32_t si = site_index(thread, stack);
   sites_[si].alloc_bytes += static_cast<int64_t>(weight);
   sites_[si].alloc_count += size ? static_cast<double>(weight) / static_cast<double>(size) : 1.0;
-  if (!pending_.empty() && pending_.erase(id)) return;  // its FREE came first (another thread's ring)
+  if (window_ && window_->contains(t_ns)) {
+    sites_[si].win_alloc_bytes += static_cast<int64_t>(weight);
+    sites_[si].win_alloc_count += size ? static_cast<double>(weight) / static_cast<double>(size) : 1.0;
+  }
+  if (!pending_.empty()) {  // its FREE came first (another thread's ring)
+    if (auto it = pending_.find(id); it != pending_.end()) {
+      if (window_ && window_->contains(it->second)) sites_[si].win_free_bytes += static_cast<int64_t>(weight);
+      pending_.erase(it);
+      return;
+    }
+  }
   bool fresh = false;
   Live* slot = live_.emplace(id, &fresh);
   if (!fresh) {  // a repeated id: the old allocation is gone
@@ -168,14 +178,14 @@ void MemoryTracker::alloc(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_
 }
 
 void MemoryTracker::free(uint64_t id, int64_t t_ns) {
-  (void)t_ns;
   active_ = true;
   Live* slot = live_.find(id);
   if (!slot) {
-    if (id != 0) pending_.insert(id);
+    if (id != 0) pending_[id] = t_ns;
     return;
   }
   const Live e = *slot;
+  if (window_ && window_->contains(t_ns)) sites_[e.site].win_free_bytes += static_cast<int64_t>(e.weight);
   if (e.weight > 0) before_decrease();
   live_.erase(slot);
   change_live(sites_[e.site], e, -1);

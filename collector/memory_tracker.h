@@ -14,6 +14,7 @@
 // site's value at the last snapshot is that record, or its current value when it did not change
 // since. When the final H is the maximum, the end is the peak.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
@@ -35,6 +36,24 @@ struct MemSite {
   // Copy-on-write peak snapshot (see the file comment).
   int64_t snap_bytes = 0;
   uint32_t snap_epoch = 0;
+  // Inside the MemWindow (when one is set): sampled weights allocated, their estimated count, and
+  // the weights of this site's allocations freed (allocated before or inside the window).
+  int64_t win_alloc_bytes = 0;
+  double win_alloc_count = 0;
+  int64_t win_free_bytes = 0;
+};
+
+// A time window [start_ns, end_ns) over which allocations and frees are also summed per site
+// (mlprof-run --requests: the steady state). Another thread may set the bounds while events flow:
+// an event counts by the time it happened (its own timestamp), not by when it arrived, so the
+// ~100 ms delivery delay does not matter; the start must only be set before events of the window
+// are decoded (the preload's batching gives milliseconds). Unset bounds are INT64_MAX.
+struct MemWindow {
+  std::atomic<int64_t> start_ns{INT64_MAX};
+  std::atomic<int64_t> end_ns{INT64_MAX};
+  bool contains(int64_t t) const {
+    return t >= start_ns.load(std::memory_order_acquire) && t < end_ns.load(std::memory_order_acquire);
+  }
 };
 
 // One point of a stack's live series, taken at a MEM_USAGE tick.
@@ -76,6 +95,8 @@ class MemoryTracker {
   void free(uint64_t id, int64_t t_ns);
   void copy(uint32_t thread, uint64_t stack, uint64_t weight);
   void usage(int64_t t_ns, int64_t rss_bytes);
+  // Also sum allocations and frees inside `w` per site (MemSite::win_*); w outlives the tracker.
+  void set_window(const MemWindow* w) { window_ = w; }
 
   bool active() const { return active_; }  // any memory record seen
   bool configured() const { return configured_; }
@@ -136,7 +157,8 @@ class MemoryTracker {
   bool active_ = false, configured_ = false;
   uint64_t interval_ = 0, copy_interval_ = 0, flags_ = 0;
   LiveTable live_;
-  std::unordered_set<uint64_t> pending_;  // FREE seen before its ALLOC
+  std::unordered_map<uint64_t, int64_t> pending_;  // FREE seen before its ALLOC: id -> time of the free
+  const MemWindow* window_ = nullptr;
   struct SiteKeyHash {
     size_t operator()(const std::pair<uint32_t, uint64_t>& k) const {
       return (k.second * 0x9e3779b97f4a7c15ull) ^ (uint64_t{k.first} * 0xc2b2ae3d27d4eb4full);

@@ -55,6 +55,7 @@ void Server::accept_new() {
     }
     auto c = std::make_unique<Conn>();
     c->fd = fd;
+    c->decoder.stream().memory.set_window(window_);
     conns_.push_back(std::move(c));
   }
 }

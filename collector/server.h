@@ -31,6 +31,9 @@ class Server {
   // Closes everything and hands over every stream decoded so far (open ones marked truncated).
   std::vector<ProcessStream> take_streams();
   void shutdown();  // removes the socket and its directory
+  // Every stream's memory tracker also sums allocations inside `w` (MemoryTracker::set_window);
+  // call before the first connection. w outlives the server.
+  void set_memory_window(const MemWindow* w) { window_ = w; }
 
  private:
   struct Conn {
@@ -45,6 +48,7 @@ class Server {
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<std::unique_ptr<Conn>> done_;
   std::vector<std::string> warnings_;
+  const MemWindow* window_ = nullptr;
 };
 
 }  // namespace mlprof::collector

@@ -1,0 +1,98 @@
+// The serving workflow's results as JSON (docs/json-format.md, "serving"): the cloud profile's
+// fields under their cloud names, the recommendation, advice, the request and resource series
+// (times relative to the run's start) and the per-request tables of the steady window. Used by
+// `mlprof export --format json` and by the HTML page's data (report_data). null when the
+// profile has no serving run. A template like run_json: both nlohmann JSON flavours use it.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "profile/model.h"
+#include "report/memory_sites.h"
+
+namespace mlprof::report {
+
+namespace serving_detail {
+inline double ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+inline double round3(double v) { return static_cast<double>(static_cast<int64_t>(v * 1000 + (v < 0 ? -0.5 : 0.5))) / 1000; }
+inline double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024 * 1024); }
+inline double per(int64_t v, uint64_t n) { return n ? static_cast<double>(v) / static_cast<double>(n) : 0.0; }
+}  // namespace serving_detail
+
+template <class Json>
+Json serving_json(const profile::Profile& p) {
+  using namespace serving_detail;
+  const profile::Serving& s = p.serving;
+  if (!s.present) return Json(nullptr);
+  const int64_t t0 = p.run.start_ns;
+  auto rel = [&](int64_t t) { return t ? Json(round3(ms(t - t0))) : Json(nullptr); };
+  const uint64_t n = s.window_requests;
+  Json o = Json::object();
+  o["requestedCpu"] = round3(s.requested_millicores / 1000.0);
+  o["requestedMemoryInGB"] = round3(gib(s.requested_memory_bytes));
+  o["requestedQueriesPerSecond"] = s.load_mode == "open" ? Json(s.rps_milli / 1000.0) : Json(nullptr);
+  o["maxUtilizedCpu"] = round3(s.max_utilized_millicores / 1000.0);
+  o["maxUtilizedMemoryInGB"] = round3(gib(s.max_utilized_memory_bytes));
+  o["measuredQueriesPerSecond"] = round3(s.measured_qps_milli / 1000.0);
+  o["averageLatencyInMs"] = round3(ms(s.average_latency_ns));
+  o["latencyPercentile50InMs"] = round3(ms(s.p50_ns));
+  o["latencyPercentile90InMs"] = round3(ms(s.p90_ns));
+  o["latencyPercentile95InMs"] = round3(ms(s.p95_ns));
+  o["latencyPercentile99InMs"] = round3(ms(s.p99_ns));
+  o["latencyPercentile999InMs"] = round3(ms(s.p999_ns));
+  o["totalQueries"] = s.total_queries;
+  o["successQueries"] = s.success_queries;
+  o["successRate"] = s.total_queries ? static_cast<double>(s.success_queries) / static_cast<double>(s.total_queries) : 0.0;
+  o["outcome"] = s.outcome;
+  o["error"] = s.error;
+  o["url"] = s.url;
+  o["requests_file"] = s.requests_file;
+  o["content_type"] = s.content_type;
+  o["load_mode"] = s.load_mode;
+  o["concurrency"] = s.concurrency;
+  o["warmup_queries"] = s.warmup < s.total_queries ? s.warmup : s.total_queries;
+  o["window_queries"] = n;
+  o["late_starts"] = s.late_starts;
+  o["timeout_ms"] = round3(ms(s.timeout_ns));
+  o["available_cpu"] = round3(s.available_millicores / 1000.0);
+  o["times_ms"] = {{"ready", rel(s.ready_ns)},       {"load_start", rel(s.load_start_ns)},
+                   {"load_end", rel(s.load_end_ns)}, {"window_start", rel(s.window_start_ns)},
+                   {"window_end", rel(s.window_end_ns)}};
+  o["thread_env"] = s.thread_env;
+  o["advice"] = s.advice;
+  Json start = Json::array(), lat = Json::array(), status = Json::array();
+  for (const auto& r : s.requests) {
+    start.push_back(round3(ms(r.start_ns - t0)));
+    lat.push_back(round3(ms(r.latency_ns)));
+    status.push_back(r.status);
+  }
+  o["requests"] = {{"start_ms", std::move(start)}, {"latency_ms", std::move(lat)}, {"status", std::move(status)}};
+  Json res = Json::array();
+  for (size_t i = 0; i < s.resources.size(); ++i) {
+    const auto& r = s.resources[i];
+    double cores = 0;
+    if (i > 0 && r.t_ns > s.resources[i - 1].t_ns)
+      cores = static_cast<double>(r.cpu_ns - s.resources[i - 1].cpu_ns) / static_cast<double>(r.t_ns - s.resources[i - 1].t_ns);
+    res.push_back({{"t_ms", round3(ms(r.t_ns - t0))}, {"cpu_cores", round3(cores)}, {"rss_bytes", r.rss_bytes},
+                   {"processes", r.processes}, {"threads", r.threads}});
+  }
+  o["resources"] = std::move(res);
+  Json lines = Json::array();
+  for (const auto& l : s.lines)
+    lines.push_back({{"file", p.str(l.file)}, {"line", l.line}, {"function", p.str(l.function)},
+                     {"cpu_ms_per_request", round3(per(l.total_us, n) / 1000)},
+                     {"self_cpu_ms_per_request", round3(per(l.self_us, n) / 1000)},
+                     {"cpu_ms", round3(l.total_us / 1000.0)}});
+  Json sites = Json::array();
+  for (const auto& x : s.sites)
+    sites.push_back({{"site", detail::site_label(p, x.stack)},
+                     {"alloc_bytes_per_request", round3(per(x.alloc_bytes, n))},
+                     {"alloc_count_per_request", round3(per(x.alloc_count, n))},
+                     {"retained_bytes_per_request", round3(per(x.retained_bytes, n))},
+                     {"alloc_bytes", x.alloc_bytes},
+                     {"retained_bytes", x.retained_bytes}});
+  o["per_request"] = {{"lines", std::move(lines)}, {"sites", std::move(sites)}};
+  return o;
+}
+
+}  // namespace mlprof::report

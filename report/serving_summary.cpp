@@ -1,0 +1,72 @@
+#include "report/serving_summary.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "report/format.h"
+#include "report/memory_sites.h"
+
+namespace mlprof::report {
+
+namespace {
+double ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+std::string clean(const std::string& s) { return detail::sanitize_utf8(s, true); }
+std::string bytes(double b) {
+  const double a = b < 0 ? -b : b;
+  if (a >= 1048576.0) return fmt::format("{:.2f} MiB", b / 1048576.0);
+  if (a >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{:.0f} B", b);
+}
+}  // namespace
+
+std::string serving_summary(const profile::Profile& p, size_t top) {
+  const profile::Serving& s = p.serving;
+  if (!s.present) return "";
+  std::string out = fmt::format("\nServing: {} ({} loop{}), {}\n", clean(s.url), s.load_mode,
+                                s.load_mode == "open" ? fmt::format(", {:g} req/s", s.rps_milli / 1000.0)
+                                                      : fmt::format(", concurrency {}", s.concurrency),
+                                s.outcome);
+  if (!s.error.empty()) out += "  " + clean(s.error) + "\n";
+  const double rate = s.total_queries ? static_cast<double>(s.success_queries) / static_cast<double>(s.total_queries) : 0;
+  out += fmt::format("  queries {} total, {} succeeded (successRate {:.3f}); warmup {}, steady {}\n", s.total_queries,
+                     s.success_queries, rate, std::min<uint64_t>(s.warmup, s.total_queries), s.window_requests);
+  out += fmt::format("  latency ms: average {:.2f}  p50 {:.2f}  p90 {:.2f}  p95 {:.2f}  p99 {:.2f}  p99.9 {:.2f}\n",
+                     ms(s.average_latency_ns), ms(s.p50_ns), ms(s.p90_ns), ms(s.p95_ns), ms(s.p99_ns), ms(s.p999_ns));
+  out += fmt::format("  throughput {:.1f} req/s{}\n", s.measured_qps_milli / 1000.0,
+                     s.late_starts ? fmt::format(" ({} requests started late)", s.late_starts) : "");
+  out += fmt::format("  used: max {:.2f} cores, max {:.3f} GiB RSS ({:.1f} cores available)\n",
+                     s.max_utilized_millicores / 1000.0, s.max_utilized_memory_bytes / 1073741824.0,
+                     s.available_millicores / 1000.0);
+  out += fmt::format("  recommended: requestedCpu {:.1f}, requestedMemoryInGB {:.2f}\n", s.requested_millicores / 1000.0,
+                     s.requested_memory_bytes / 1073741824.0);
+  const uint64_t n = s.window_requests;
+  if (n && !s.lines.empty()) {
+    // By self (the innermost line of each sample): the lines that cost, not the frames around them.
+    std::vector<const profile::ServingLine*> by_self;
+    for (const auto& l : s.lines)
+      if (l.self_us > 0) by_self.push_back(&l);
+    std::stable_sort(by_self.begin(), by_self.end(), [](auto* a, auto* b) { return a->self_us > b->self_us; });
+    out += "  CPU per request (steady state), by line: self / total ms\n";
+    for (size_t i = 0; i < by_self.size() && i < top; ++i) {
+      const auto& l = *by_self[i];
+      out += fmt::format("    {:>8.3f} / {:>8.3f}  {}:{}  {}\n", l.self_us / 1000.0 / n, l.total_us / 1000.0 / n,
+                         clean(detail::basename(p.str(l.file))), l.line,
+                         clean(detail::truncate_display(p.str(l.function), 60)));
+    }
+  }
+  if (n && !s.sites.empty()) {
+    out += "  Memory per request (steady state), by allocation site: retained / allocated\n";
+    for (size_t i = 0; i < s.sites.size() && i < top; ++i) {
+      const auto& x = s.sites[i];
+      out += fmt::format("    {:>12} / {:>12}  {}\n", bytes(static_cast<double>(x.retained_bytes) / n),
+                         bytes(static_cast<double>(x.alloc_bytes) / n),
+                         clean(detail::truncate_display(detail::site_label(p, x.stack), 80)));
+    }
+  }
+  for (const auto& a : s.advice) out += "  advice: " + clean(a) + "\n";
+  return out;
+}
+
+}  // namespace mlprof::report

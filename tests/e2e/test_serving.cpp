@@ -1,0 +1,271 @@
+// The serving workflow end to end (mlprof-run --requests/--url, docs/serving.md) against the
+// native test server (tests/fixtures/http_server.cpp), whose request count, delays, failures and
+// per-request leak are known by construction, and against the example service. Loopback only;
+// every load is bounded in count (and by --duration / --ready-timeout in time).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "memory_util.h"
+
+namespace {
+
+using namespace e2e;
+
+// A port that was free a moment ago (the kernel picks it).
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+struct Served {
+  Profiled run;
+  long posts = -1, other = -1;  // what the server counted
+  std::string dir;
+};
+
+std::string write_bodies(const std::string& dir, int n) {
+  std::string path = dir + "/bodies.txt";
+  std::ofstream f(path);
+  for (int i = 0; i < n; ++i) f << "{\"id\": " << i << ", \"text\": \"request number " << i << "\"}\n";
+  return path;
+}
+
+// mlprof-run [serving args] -- fixture_http_server PORT [server args] --count-file DIR/count
+Served serve(const std::vector<std::string>& serving_args, const std::vector<std::string>& server_args,
+             std::vector<std::string> extra = {}) {
+  Served s;
+  s.dir = scratch();
+  const int port = free_port();
+  std::vector<std::string> args = {"--requests", write_bodies(s.dir, 7), "--url",
+                                   "http://127.0.0.1:" + std::to_string(port) + "/score"};
+  args.insert(args.end(), serving_args.begin(), serving_args.end());
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<std::string> cmd = {fixture("fixture_http_server"), std::to_string(port), "--count-file", s.dir + "/count"};
+  cmd.insert(cmd.end(), server_args.begin(), server_args.end());
+  s.run = profile_run(cmd, args);
+  std::ifstream f(s.dir + "/count");
+  std::string w1, w2;
+  f >> w1 >> s.posts >> w2 >> s.other;
+  return s;
+}
+
+int64_t nearest_rank(std::vector<int64_t> v, double q) {
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(std::ceil(q / 100.0 * static_cast<double>(v.size()) - 1e-9));
+  return v.at(std::clamp<size_t>(rank, 1, v.size()) - 1);
+}
+
+nlohmann::json export_serving(const std::string& path) {
+  RunResult r = run({MLPROF_CLI, "export", path, "--format", "json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out)["serving"];
+}
+
+}  // namespace
+
+TEST(Serving, RequestsSentEqualTotalQueriesAndEveryTenthFailure) {
+  Served s = serve({"--max-requests", "200", "--concurrency", "4", "--duration", "60"}, {"--fail-every", "10"});
+  ASSERT_TRUE(s.run.ok);
+  EXPECT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  ASSERT_TRUE(sv.present);
+  EXPECT_EQ(sv.outcome, "completed");
+  EXPECT_EQ(sv.total_queries, 200u);
+  EXPECT_EQ(s.posts, 200) << "the server counted a different number of POSTs";
+  EXPECT_GE(s.other, 1) << "the readiness probe is a GET";
+  EXPECT_EQ(sv.success_queries, 180u);
+  size_t c500 = 0;
+  for (auto& r : sv.requests) c500 += r.status == 500;
+  EXPECT_EQ(c500, 20u);
+  auto j = export_serving(s.run.path);
+  EXPECT_DOUBLE_EQ(j["successRate"].get<double>(), 0.9);
+  EXPECT_EQ(j["totalQueries"], 200);
+  EXPECT_EQ(j["successQueries"], 180);
+  // Resources were polled and the recommendation follows the documented rule.
+  EXPECT_GT(sv.resources.size(), 0u);
+  EXPECT_GT(sv.max_utilized_memory_bytes, 0);
+  EXPECT_GE(sv.requested_memory_bytes * 10, sv.max_utilized_memory_bytes * 12);
+  EXPECT_GE(sv.requested_millicores * 10, sv.max_utilized_millicores * 12);
+}
+
+TEST(Serving, PercentilesMatchTheRecordedLatenciesAndTheServersDelays) {
+  // Closed loop, one at a time: POST k waits 2 ms * (1 + (k-1) % 5), i.e. 2, 4, 6, 8, 10 ms.
+  Served s = serve({"--max-requests", "100", "--warmup", "10", "--duration", "60"},
+                   {"--delay-us", "2000", "--delay-cycle", "5"});
+  ASSERT_TRUE(s.run.ok);
+  ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  ASSERT_EQ(sv.requests.size(), 100u);
+  EXPECT_EQ(s.posts, 100);
+  EXPECT_EQ(sv.window_requests, 90u);
+  std::vector<int64_t> lat;
+  for (size_t i = 0; i < sv.requests.size(); ++i) {
+    const int64_t delay = 2000000LL * (1 + static_cast<int64_t>(i) % 5);
+    EXPECT_GE(sv.requests[i].latency_ns, delay) << "request " << i << " answered before the server's delay";
+    EXPECT_EQ(sv.requests[i].status, 200);
+    if (i >= 10) lat.push_back(sv.requests[i].latency_ns);
+    if (i > 0) EXPECT_GE(sv.requests[i].start_ns, sv.requests[i - 1].start_ns + sv.requests[i - 1].latency_ns - 1000000)
+                   << "closed loop with concurrency 1 overlapped requests";
+  }
+  EXPECT_EQ(sv.p50_ns, nearest_rank(lat, 50));
+  EXPECT_EQ(sv.p90_ns, nearest_rank(lat, 90));
+  EXPECT_EQ(sv.p95_ns, nearest_rank(lat, 95));
+  EXPECT_EQ(sv.p99_ns, nearest_rank(lat, 99));
+  EXPECT_EQ(sv.p999_ns, nearest_rank(lat, 99.9));
+  // The delays' own quantiles bound them from below: median delay 6 ms, p90 10 ms.
+  EXPECT_GE(sv.p50_ns, 6000000);
+  EXPECT_GE(sv.p90_ns, 10000000);
+  EXPECT_LT(sv.p50_ns, 6000000 + 40000000) << "50 ms over the server's delay: the load loop is slow";
+  // The steady window excludes the warmup and covers the rest.
+  EXPECT_GE(sv.window_start_ns, sv.requests[9].start_ns + sv.requests[9].latency_ns - 1000000);
+  EXPECT_LE(sv.window_start_ns, sv.requests[10].start_ns);
+  EXPECT_GE(sv.window_end_ns, sv.requests.back().start_ns + sv.requests.back().latency_ns - 1000000);
+  auto j = export_serving(s.run.path);
+  EXPECT_NEAR(j["latencyPercentile99InMs"].get<double>(), sv.p99_ns / 1e6, 0.001);
+  EXPECT_NEAR(j["averageLatencyInMs"].get<double>(), sv.average_latency_ns / 1e6, 0.001);
+}
+
+TEST(Serving, OpenLoopNeverStartsEarly) {
+  const double rps = 100;
+  Served s = serve({"--rps", "100", "--max-requests", "60", "--duration", "60"}, {});
+  ASSERT_TRUE(s.run.ok);
+  ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  ASSERT_EQ(sv.requests.size(), 60u);
+  EXPECT_EQ(s.posts, 60);
+  EXPECT_EQ(sv.load_mode, "open");
+  const int64_t t0 = sv.requests[0].start_ns;
+  for (size_t i = 0; i < sv.requests.size(); ++i)
+    EXPECT_GE(sv.requests[i].start_ns - t0, static_cast<int64_t>(i * 1e9 / rps) - 1000000) << "request " << i;
+  // 60 requests at 100/s take about 0.6 s; the rate measured is near the rate asked for.
+  EXPECT_GT(sv.measured_qps_milli, 60000);
+  EXPECT_LT(sv.measured_qps_milli, 110000);
+}
+
+TEST(Serving, ServiceThatNeverAnswersGivesAClearErrorAndAProfile) {
+  Served s = serve({"--ready-timeout", "1.5"}, {"--never-listen"});
+  ASSERT_TRUE(s.run.ok);
+  EXPECT_EQ(s.run.result.exit_code, 3) << s.run.result.err;
+  EXPECT_NE(s.run.result.err.find("did not answer on http://127.0.0.1:"), std::string::npos) << s.run.result.err;
+  EXPECT_NE(s.run.result.err.find("--ready-timeout"), std::string::npos) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  ASSERT_TRUE(sv.present);
+  EXPECT_EQ(sv.outcome, "not-ready");
+  EXPECT_EQ(sv.total_queries, 0u);
+  EXPECT_EQ(s.posts, 0) << "the server was stopped by SIGTERM and wrote its count";
+  EXPECT_FALSE(s.run.profile.processes.empty()) << "the service's start-up was profiled";
+}
+
+TEST(Serving, ServiceThatDiesMidRunGivesAClearErrorAndAProfile) {
+  Served s = serve({"--max-requests", "100", "--duration", "60"}, {"--die-after", "30"});
+  ASSERT_TRUE(s.run.ok);
+  EXPECT_EQ(s.run.result.exit_code, 4) << s.run.result.err;
+  EXPECT_NE(s.run.result.err.find("exited with status 3 during the replay"), std::string::npos) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  EXPECT_EQ(sv.outcome, "service-exited");
+  EXPECT_EQ(sv.success_queries, 30u);
+  EXPECT_EQ(s.posts, 30);
+  EXPECT_GE(sv.total_queries, 31u) << "the request that found the service dead counts as failed";
+  EXPECT_LT(sv.total_queries, 100u);
+}
+
+TEST(Serving, ServiceThatExitsBeforeAnsweringGivesAClearError) {
+  Served s = serve({"--ready-timeout", "20"}, {"--bogus-option"});
+  ASSERT_TRUE(s.run.ok);
+  EXPECT_EQ(s.run.result.exit_code, 4) << s.run.result.err;
+  EXPECT_NE(s.run.result.err.find("exited with status 2 before it answered"), std::string::npos) << s.run.result.err;
+}
+
+TEST(Serving, RetainedBytesPerRequestFindTheLeakWithinFifteenPercent) {
+  const int64_t leak = 100000;
+  Served s = serve({"--max-requests", "220", "--warmup", "20", "--duration", "60"},
+                   {"--leak-bytes", std::to_string(leak)}, {"--mem-interval", "16K"});
+  ASSERT_TRUE(s.run.ok);
+  ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  const auto& p = s.run.profile;
+  const auto& sv = p.serving;
+  ASSERT_EQ(sv.window_requests, 200u);
+  const uint32_t line = marker_line(fixture_source("http_server.cpp"), "// LEAK-LINE");
+  int64_t retained = 0, allocated = 0, other_retained = 0;
+  for (auto& site : sv.sites) {
+    if (stack_has_line(p, site.stack, "http_server.cpp", line)) {
+      retained += site.retained_bytes;
+      allocated += site.alloc_bytes;
+    } else {
+      other_retained = std::max(other_retained, site.retained_bytes);
+    }
+  }
+  const double per = static_cast<double>(retained) / sv.window_requests;
+  EXPECT_NEAR(per, leak, leak * 0.15) << "retained per request at the leak line";
+  EXPECT_NEAR(static_cast<double>(allocated) / sv.window_requests, leak, leak * 0.15);
+  EXPECT_LT(other_retained, leak * 200 / 100) << "another site retained more than 1% of the leak";
+  auto j = export_serving(s.run.path);
+  ASSERT_FALSE(j["per_request"]["sites"].empty());
+  EXPECT_NEAR(j["per_request"]["sites"][0]["retained_bytes_per_request"].get<double>(), leak, leak * 0.15);
+}
+
+TEST(Serving, NoProfileRunsTheSameLoadWithoutThePreload) {
+  Served s = serve({"--max-requests", "50", "--no-profile", "--duration", "60"}, {});
+  ASSERT_TRUE(s.run.ok);
+  EXPECT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  EXPECT_EQ(s.run.profile.serving.total_queries, 50u);
+  EXPECT_EQ(s.posts, 50);
+  EXPECT_TRUE(s.run.profile.processes.empty()) << "no process was profiled";
+}
+
+TEST(Serving, OptionMistakesAreRefusedBeforeAnythingRuns) {
+  auto r = run({MLPROF_RUN, "--requests", "/nonexistent/bodies.txt", "--url", "http://127.0.0.1:1/", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("/nonexistent/bodies.txt"), std::string::npos) << r.err;
+  r = run({MLPROF_RUN, "--url", "http://127.0.0.1:1/", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--requests"), std::string::npos) << r.err;
+  r = run({MLPROF_RUN, "--requests", "x", "--url", "127.0.0.1:1", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("http://"), std::string::npos) << r.err;
+  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--rps", "5", "--concurrency", "2", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("contradict"), std::string::npos) << r.err;
+}
+
+// The example service (examples/serve_http.py, scikit-learn from apt) through --requests, with its
+// planted leak: every request answered, and the leak line retains about the planted bytes.
+TEST(Serving, ExampleServiceEndToEnd) {
+  if (run({"/usr/bin/python3", "-c", "import sklearn"}).exit_code != 0)
+    GTEST_SKIP() << "/usr/bin/python3 has no scikit-learn (apt install python3-sklearn)";
+  const std::string src = std::string(MLPROF_SOURCE_DIR) + "/examples/serve_http.py";
+  const int port = free_port();
+  const int64_t leak = 200000;
+  Profiled r = profile_run({"/usr/bin/python3", src, "--port", std::to_string(port), "--leak-bytes", std::to_string(leak)},
+                           {"--requests", std::string(MLPROF_SOURCE_DIR) + "/examples/requests.txt", "--url",
+                            "http://127.0.0.1:" + std::to_string(port) + "/score", "--max-requests", "150", "--warmup",
+                            "10", "--concurrency", "2", "--mem-interval", "64K", "--duration", "120"});
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+  const auto& sv = r.profile.serving;
+  EXPECT_EQ(sv.total_queries, 150u);
+  EXPECT_EQ(sv.success_queries, 150u);
+  EXPECT_GT(sv.ready_ns, 0);
+  const uint32_t line = marker_line(src, "# LEAK-LINE");
+  int64_t retained = 0;
+  for (auto& site : sv.sites)
+    if (stack_has_line(r.profile, site.stack, "serve_http.py", line)) retained += site.retained_bytes;
+  EXPECT_NEAR(static_cast<double>(retained) / sv.window_requests, leak, leak * 0.15);
+  bool do_post = false;
+  for (auto& l : sv.lines) do_post = do_post || (r.profile.str(l.function).find("do_POST") != std::string::npos && l.total_us > 0);
+  EXPECT_TRUE(do_post) << "no CPU in the window on the request handler's lines";
+}

@@ -1,0 +1,117 @@
+#include "tools/serving_advice.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+namespace mlprof::tools {
+
+namespace {
+
+constexpr const char* kPoolVars[] = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                     "NUMEXPR_NUM_THREADS", "TORCH_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"};
+
+std::string pct(int64_t part, int64_t whole) {
+  return whole > 0 ? fmt::format("{:.0f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole)) : "0%";
+}
+std::string cores(int64_t millicores) { return fmt::format("{:.1f}", millicores / 1000.0); }
+std::string ms(int64_t ns) { return fmt::format("{:.1f} ms", ns / 1e6); }
+std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+}  // namespace
+
+std::map<std::string, std::string> thread_pool_env(char** env) {
+  std::map<std::string, std::string> out;
+  for (char** e = env; e && *e; ++e)
+    for (const char* v : kPoolVars) {
+      size_t n = strlen(v);
+      if (strncmp(*e, v, n) == 0 && (*e)[n] == '=') out[v] = *e + n + 1;
+    }
+  return out;
+}
+
+std::vector<std::string> serving_advice(const profile::Profile& p, const profile::Serving& s, const WindowCpu& w) {
+  std::vector<std::string> out;
+  const int64_t span = s.window_end_ns - s.window_start_ns;
+  const double avail = s.available_millicores / 1000.0;
+
+  // Threads busy in the window (>= 0.1 core each) and the processes they belong to.
+  int busy = 0;
+  std::set<uint32_t> procs;
+  for (auto& [t, us] : w.per_thread_us)
+    if (span > 0 && us * 1000 * 10 >= span && t < p.threads.size()) {  // us*1000 ns >= span/10
+      ++busy;
+      procs.insert(p.threads[t].process);
+    }
+  const size_t nproc = std::max<size_t>(1, procs.size());
+  if (s.available_millicores > 0 && busy > 0 && busy * 1000 > s.available_millicores)
+    out.push_back(fmt::format(
+        "{} threads were busy (each at least 0.1 core) in the steady state across {} process(es), but only {} cores "
+        "are available: the threads compete for CPU and latency suffers; limit the thread pools (OMP_NUM_THREADS, "
+        "MKL_NUM_THREADS, torch.set_num_threads) so threads x processes stays at or below {}.",
+        busy, nproc, cores(s.available_millicores), cores(s.available_millicores)));
+  for (const auto& [var, value] : s.thread_env) {
+    long n = strtol(value.c_str(), nullptr, 10);
+    if (n > 0 && s.available_millicores > 0 && static_cast<double>(n) * nproc > avail)
+      out.push_back(fmt::format("{}={} x {} process(es) = {} threads for {} available cores: lower {} to {}.", var,
+                                value, nproc, n * static_cast<long>(nproc), cores(s.available_millicores), var,
+                                std::max<long>(1, static_cast<long>(avail / nproc))));
+  }
+  if (s.thread_env.empty() && w.matmul_us > 0 && nproc > 1)
+    out.push_back(fmt::format(
+        "No thread-pool variable (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS) is set and {} processes do "
+        "matrix products: each BLAS library starts one thread per CPU in every process; set OMP_NUM_THREADS to about "
+        "{} / {}.",
+        nproc, cores(s.available_millicores), nproc));
+
+  if (w.total_us > 0 && w.interpreter_us * 2 >= w.total_us)
+    out.push_back(fmt::format(
+        "{} of the steady-state CPU ({} ms per request) runs in the Python interpreter: batch requests or vectorize "
+        "the per-request Python code (the per-line table shows which lines).",
+        pct(w.interpreter_us, w.total_us),
+        fmt::format("{:.2f}", s.window_requests ? w.interpreter_us / 1000.0 / s.window_requests : 0.0)));
+  if (w.total_us > 0 && w.matmul_us * 10 >= w.total_us * 3)
+    out.push_back(fmt::format(
+        "{} of the steady-state CPU is in matrix products (BLAS/GEMM frames): the service is compute-bound in the "
+        "model; quantization (int8) or a smaller model would cut it.",
+        pct(w.matmul_us, w.total_us)));
+  const uint32_t copy = p.metric("copy-bytes");
+  if (copy != profile::kNone && s.total_queries > 0) {
+    int64_t bytes = 0;
+    for (auto& sv : p.stack_values) bytes += sv.values.at(copy);
+    const double per = static_cast<double>(bytes) / static_cast<double>(s.total_queries);
+    if (per >= 1048576.0)
+      out.push_back(fmt::format(
+          "The service copied {} per request ({} over the run, memcpy/memmove): look for conversions between "
+          "lists, arrays and tensors, and copies of the input (see copy-bytes in the report).",
+          mib(per), mib(static_cast<double>(bytes))));
+  }
+  if (s.p50_ns > 0 && s.p99_ns >= 3 * s.p50_ns) {
+    std::string why;
+    if (w.total_us > 0 && w.gc_us * 20 >= w.total_us)
+      why = fmt::format(" {} of the steady-state CPU is in the Python garbage collector: pauses there are a "
+                        "likely cause (gc.freeze() after loading the model, or fewer temporary objects).",
+                        pct(w.gc_us, w.total_us));
+    else if (w.lock_wait_us > 0)
+      why = fmt::format(" Threads waited {:.0f} ms on locks or the GIL in the steady state: contention is a likely "
+                        "cause.", w.lock_wait_us / 1000.0);
+    else if (p.run.mode != "wall")
+      why = " Run again with --mode wall to see where requests wait (locks, GIL, I/O).";
+    out.push_back(fmt::format("The latency tail is long: p99 {} is {:.1f}x the median {}.{}", ms(s.p99_ns),
+                              static_cast<double>(s.p99_ns) / static_cast<double>(s.p50_ns), ms(s.p50_ns), why));
+  }
+  if (s.available_millicores > 0 && s.max_utilized_millicores * 10 >= s.available_millicores * 9)
+    out.push_back(fmt::format("The service used up to {} of the {} available cores: it is CPU-bound at this load; "
+                              "more cores or less CPU per request raise throughput.",
+                              cores(s.max_utilized_millicores), cores(s.available_millicores)));
+  if (s.requested_millicores > s.available_millicores && s.available_millicores > 0)
+    out.push_back(fmt::format("The recommended {} cores exceed the {} available here: the measured peak may be "
+                              "capped by this machine; measure on a larger one before sizing.",
+                              cores(s.requested_millicores), cores(s.available_millicores)));
+  return out;
+}
+
+}  // namespace mlprof::tools

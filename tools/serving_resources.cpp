@@ -1,0 +1,173 @@
+#include "tools/serving_resources.h"
+
+#include <dirent.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace mlprof::tools {
+
+namespace {
+
+struct Stat {
+  pid_t pid = 0, ppid = 0;
+  int64_t cpu_ticks = 0;
+  int64_t threads = 0;
+  int64_t rss_pages = 0;
+  uint64_t start = 0;
+};
+
+// /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses, so fields
+// are counted from the last ')'.
+bool read_stat(const std::string& path, Stat* s) {
+  char buf[1024];
+  FILE* f = fopen(path.c_str(), "re");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* close = strrchr(buf, ')');
+  if (!close) return false;
+  s->pid = atoi(buf);
+  // Fields after ')' start at field 3 (state).
+  const char* p = close + 2;
+  int field = 3;
+  char* end = nullptr;
+  while (*p && field <= 24) {
+    if (field != 3) {
+      long long v = strtoll(p, &end, 10);
+      switch (field) {
+        case 4: s->ppid = static_cast<pid_t>(v); break;
+        case 14: s->cpu_ticks += v; break;  // utime
+        case 15: s->cpu_ticks += v; break;  // stime
+        case 20: s->threads = v; break;
+        case 22: s->start = static_cast<uint64_t>(v); break;
+        case 24: s->rss_pages = v; break;
+      }
+    }
+    p = strchr(p, ' ');
+    if (!p) break;
+    ++p;
+    ++field;
+  }
+  return field > 24;
+}
+
+}  // namespace
+
+profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
+  std::map<pid_t, Stat> all;
+  if (DIR* d = opendir(proc_.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      Stat s;
+      if (read_stat(proc_ + "/" + e->d_name + "/stat", &s)) all[s.pid] = s;
+    }
+    closedir(d);
+  }
+  // Descendants of the ancestor (breadth first over the ppid links).
+  std::map<pid_t, std::vector<pid_t>> kids;
+  for (auto& [pid, s] : all) kids[s.ppid].push_back(pid);
+  std::vector<pid_t> tree, todo = {ancestor_};
+  while (!todo.empty()) {
+    pid_t p = todo.back();
+    todo.pop_back();
+    for (pid_t k : kids[p]) {
+      tree.push_back(k);
+      todo.push_back(k);
+    }
+  }
+  static const int64_t tick_ns = 1000000000 / std::max<long>(1, sysconf(_SC_CLK_TCK));
+  static const int64_t page = sysconf(_SC_PAGESIZE);
+  profile::ServingResourcePoint pt;
+  pt.t_ns = t_ns;
+  std::map<pid_t, Seen> next;
+  for (pid_t pid : tree) {
+    const Stat& s = all[pid];
+    const int64_t cpu = s.cpu_ticks * tick_ns;
+    auto it = seen_.find(pid);
+    // A process seen before adds its growth; a new one adds what it used since it started only
+    // when it is not the first poll (at the first poll the baseline is zero by definition).
+    if (it != seen_.end() && it->second.start == s.start) cpu_total_ += std::max<int64_t>(0, cpu - it->second.cpu_ns);
+    else if (polled_) cpu_total_ += cpu;
+    next[pid] = {s.start, cpu};
+    pt.rss_bytes += s.rss_pages * page;
+    pt.threads += static_cast<uint32_t>(s.threads);
+    ++pt.processes;
+  }
+  seen_ = std::move(next);
+  polled_ = true;
+  pt.cpu_ns = cpu_total_;
+  return pt;
+}
+
+int64_t peak_millicores(const std::vector<profile::ServingResourcePoint>& pts, int64_t from, int64_t to,
+                        int64_t window_ns) {
+  std::vector<const profile::ServingResourcePoint*> in;
+  for (auto& p : pts)
+    if (p.t_ns >= from && p.t_ns <= to) in.push_back(&p);
+  if (in.size() < 2) return 0;
+  const int64_t span = in.back()->t_ns - in.front()->t_ns;
+  if (span <= 0) return 0;
+  if (span < window_ns) return (in.back()->cpu_ns - in.front()->cpu_ns) * 1000 / span;
+  int64_t best = 0;
+  size_t j = 0;
+  for (size_t i = 1; i < in.size(); ++i) {
+    // The latest j whose distance to i is still at least one window.
+    while (j + 1 < i && in[i]->t_ns - in[j + 1]->t_ns >= window_ns) ++j;
+    const int64_t dt = in[i]->t_ns - in[j]->t_ns;
+    if (dt < window_ns) continue;
+    best = std::max(best, (in[i]->cpu_ns - in[j]->cpu_ns) * 1000 / dt);
+  }
+  return best;
+}
+
+int64_t parse_cpu_max(const std::string& line) {
+  std::istringstream in(line);
+  std::string quota;
+  long long period = 0;
+  if (!(in >> quota >> period) || quota == "max" || period <= 0) return 0;
+  char* end = nullptr;
+  long long q = strtoll(quota.c_str(), &end, 10);
+  if (!end || *end || q <= 0) return 0;
+  return q * 1000 / period;
+}
+
+int64_t available_millicores(std::string* source) {
+  cpu_set_t set;
+  int64_t cpus = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus <= 0) cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  // cgroup v2: "0::/path" in /proc/self/cgroup; the quota of that cgroup and of its ancestors.
+  std::string rel;
+  {
+    std::ifstream f("/proc/self/cgroup");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("0::", 0) == 0) rel = line.substr(3);
+  }
+  int64_t quota = 0;
+  for (std::string dir = rel;; dir = dir.substr(0, dir.rfind('/'))) {
+    std::ifstream f("/sys/fs/cgroup" + dir + "/cpu.max");
+    std::string line;
+    if (f && std::getline(f, line)) {
+      int64_t q = parse_cpu_max(line);
+      if (q > 0 && (quota == 0 || q < quota)) quota = q;
+    }
+    if (dir.empty() || dir == "/") break;
+  }
+  if (quota > 0 && quota < cpus * 1000) {
+    if (source) *source = "cgroup CPU quota (cpu.max)";
+    return quota;
+  }
+  if (source) *source = "online CPUs";
+  return cpus * 1000;
+}
+
+}  // namespace mlprof::tools

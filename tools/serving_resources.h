@@ -1,0 +1,48 @@
+// Resource use of the service, measured from outside: mlprof-run polls /proc for every process
+// below itself (the command and its descendants; orphans are reparented to mlprof-run, a child
+// subreaper) at ~10 Hz, and reads the CPUs the service may use (cgroup v2 cpu.max, affinity).
+// Independent of the preload, so the figures hold with --no-profile too.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "profile/model.h"
+
+namespace mlprof::tools {
+
+class TreePoller {
+ public:
+  explicit TreePoller(pid_t ancestor, std::string proc_root = "/proc")
+      : ancestor_(ancestor), proc_(std::move(proc_root)) {}
+  // One poll: CPU used by the tree since the first poll (sum over processes of their CPU growth
+  // between polls, so processes that come and go count while seen), summed RSS, counts.
+  profile::ServingResourcePoint poll(int64_t t_ns);
+
+ private:
+  struct Seen {
+    uint64_t start = 0;    // start time (field 22): tells a reused pid apart
+    int64_t cpu_ns = 0;
+  };
+  pid_t ancestor_;
+  std::string proc_;
+  std::map<pid_t, Seen> seen_;
+  int64_t cpu_total_ = 0;
+  bool polled_ = false;
+};
+
+// Peak CPU use in millicores over windows of at least window_ns, among points in [from, to]
+// (the whole span when it is shorter than one window). 0 with fewer than two points.
+int64_t peak_millicores(const std::vector<profile::ServingResourcePoint>& pts, int64_t from, int64_t to,
+                        int64_t window_ns = 1000000000);
+
+// CPUs this process may use, in millicores: the cgroup v2 quota (cpu.max "QUOTA PERIOD", of the
+// cgroup in /proc/self/cgroup) when set, else the CPUs in our affinity mask. *source says which.
+int64_t available_millicores(std::string* source);
+// Parses a cgroup v2 cpu.max line: quota / period in millicores, or 0 for "max" / garbage.
+int64_t parse_cpu_max(const std::string& line);
+
+}  // namespace mlprof::tools

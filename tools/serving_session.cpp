@@ -1,0 +1,169 @@
+#include "tools/serving_session.h"
+
+#include <fmt/format.h>
+#include <time.h>
+
+#include <cstdio>
+
+#include "tools/serving_advice.h"
+#include "tools/serving_recommend.h"
+#include "tools/serving_resources.h"
+#include "tools/serving_stats.h"
+#include "tools/serving_window.h"
+
+namespace mlprof::tools {
+
+namespace {
+int64_t now_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+constexpr size_t kMaxPoints = 1 << 16;  // 10 Hz: 1.8 hours before points are merged pairwise
+}  // namespace
+
+ServingSession::ServingSession(ServingOptions o, double duration_s, std::vector<std::string> bodies, char** env)
+    : o_(std::move(o)), duration_s_(duration_s), bodies_(std::move(bodies)), thread_env_(thread_pool_env(env)) {}
+
+ServingSession::~ServingSession() { join(); }
+
+void ServingSession::start(pid_t ancestor, pid_t service) {
+  service_pid_ = service;
+  load_thread_ = std::thread([this] { load_main(); });
+  poll_thread_ = std::thread([this, ancestor] { poll_main(ancestor); });
+}
+
+void ServingSession::service_exited(int exit_code) {
+  if (exited_.exchange(true)) return;
+  exit_code_ = exit_code;
+  exited_ns_ = now_ns();
+  stop_ = true;
+}
+
+void ServingSession::join() {
+  stop_ = true;
+  stop_poll_ = true;
+  if (load_thread_.joinable()) load_thread_.join();
+  if (poll_thread_.joinable()) poll_thread_.join();
+}
+
+void ServingSession::load_main() {
+  ready_ = wait_ready(o_.url, o_.ready_timeout_s, stop_, service_pid_);
+  if (ready_.ready) {
+    LoadConfig c;
+    c.url = o_.url;
+    c.content_type = o_.content_type;
+    c.bodies = &bodies_;
+    c.concurrency = o_.concurrency;
+    c.rps = o_.rps;
+    c.max_requests = o_.max_requests;
+    c.warmup = o_.warmup;
+    c.timeout_s = o_.timeout_s;
+    c.duration_s = duration_s_;
+    c.service_pid = service_pid_;
+    load_ = run_load(c, stop_, &window_);
+  }
+  done_ = true;
+}
+
+void ServingSession::poll_main(pid_t ancestor) {
+  TreePoller poller(ancestor);
+  while (!stop_poll_.load()) {
+    auto pt = poller.poll(now_ns());
+    {
+      std::lock_guard<std::mutex> g(points_mu_);
+      points_.push_back(pt);
+      if (points_.size() >= kMaxPoints) {  // keep every other point: the span stays covered
+        size_t k = 0;
+        for (size_t i = 0; i < points_.size(); i += 2) points_[k++] = points_[i];
+        points_.resize(k);
+      }
+    }
+    for (int i = 0; i < 10 && !stop_poll_.load(); ++i) {
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+}
+
+int ServingSession::finish(profile::Profile& prof) {
+  join();
+  profile::Serving& s = prof.serving;
+  s.present = true;
+  s.url = o_.url;
+  s.requests_file = o_.requests;
+  s.content_type = o_.content_type;
+  s.load_mode = o_.rps > 0 ? "open" : "closed";
+  s.concurrency = o_.rps > 0 ? load_.max_in_flight : o_.concurrency;
+  s.rps_milli = static_cast<int64_t>(o_.rps * 1000 + 0.5);
+  s.warmup = o_.warmup;
+  s.timeout_ns = static_cast<int64_t>(o_.timeout_s * 1e9);
+  s.ready_ns = ready_.ready ? ready_.ready_ns : 0;
+  s.load_start_ns = load_.start_ns;
+  s.load_end_ns = load_.end_ns;
+  s.window_start_ns = load_.window_start_ns;
+  s.window_end_ns = load_.window_end_ns;
+  s.window_requests = load_.window_requests;
+  s.late_starts = load_.late_starts;
+  s.requests = std::move(load_.requests);
+  s.thread_env = thread_env_;
+  {
+    std::lock_guard<std::mutex> g(points_mu_);
+    s.resources = points_;
+  }
+  fill_latency_fields(s);
+  std::string cpu_source;
+  s.available_millicores = available_millicores(&cpu_source);
+  const int64_t from = s.ready_ns ? s.ready_ns : s.load_start_ns;
+  s.max_utilized_millicores = s.load_end_ns > from ? peak_millicores(s.resources, from, s.load_end_ns) : 0;
+  for (auto& pt : s.resources) s.max_utilized_memory_bytes = std::max(s.max_utilized_memory_bytes, pt.rss_bytes);
+  Recommendation r = recommend(s.max_utilized_millicores, s.max_utilized_memory_bytes);
+  s.requested_millicores = r.millicores;
+  s.requested_memory_bytes = r.memory_bytes;
+  if (s.window_end_ns > s.window_start_ns) {
+    fill_window_lines(prof, s);
+    WindowCpu w = window_cpu(prof, s.window_start_ns, s.window_end_ns);
+    s.advice = serving_advice(prof, s, w);
+  }
+
+  const int code = exit_code_.load();
+  const std::string exit_desc = code > 128 ? fmt::format("was killed by signal {}", code - 128)
+                                           : fmt::format("exited with status {}", code);
+  int rc = kExitServingOk;
+  if (interrupted_.load() && !(ready_.ready && !load_.stopped)) {
+    s.outcome = "interrupted";
+    s.error = fmt::format("interrupted after {} of the requests", s.requests.size());
+    rc = kExitServingInterrupted;
+  } else if (!ready_.ready && ready_.stopped && exited_.load()) {  // the exit ended the wait
+    s.outcome = "service-exited";
+    s.error = fmt::format(
+        "the service {} before it answered on {}: see its output above (a crash while loading, a wrong command "
+        "line or a port already in use?)",
+        exit_desc, o_.url);
+    rc = kExitServingExited;
+  } else if (!ready_.ready) {
+    s.outcome = "not-ready";
+    s.error = fmt::format(
+        "the service did not answer on {} within {:g} s (last attempt: {}); check that it listens on that host and "
+        "port, or raise --ready-timeout if it loads slowly. mlprof-run stopped it",
+        o_.url, o_.ready_timeout_s, ready_.last_error.empty() ? "no answer" : ready_.last_error);
+    rc = kExitServingNotReady;
+  } else if (load_.stopped || (exited_.load() && exited_ns_.load() <= load_.end_ns)) {
+    // Stopped by the exit, or the exit was seen only after the last request failed on it.
+    s.outcome = "service-exited";
+    s.error = fmt::format(
+        "the service {} during the replay, after {} requests ({} answered with 2xx){}: see its output above; the "
+        "figures cover the requests sent until then",
+        exit_desc, s.requests.size(), s.success_queries,
+        load_.first_error.empty() ? "" : fmt::format("; the first failed request: {}", load_.first_error));
+    rc = kExitServingExited;
+  } else if (load_.time_limit) {
+    s.outcome = "time-limit";
+  } else {
+    s.outcome = "completed";
+  }
+  if (!s.error.empty()) fprintf(stderr, "mlprof-run: %s\n", s.error.c_str());
+  return rc;
+}
+
+}  // namespace mlprof::tools

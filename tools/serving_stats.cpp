@@ -1,0 +1,38 @@
+#include "tools/serving_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mlprof::tools {
+
+int64_t percentile(const std::vector<int64_t>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const double n = static_cast<double>(sorted.size());
+  // A tiny tolerance so q*n that is an integer in exact arithmetic is not pushed up by rounding.
+  size_t rank = static_cast<size_t>(std::ceil(q / 100.0 * n - 1e-9));
+  rank = std::clamp<size_t>(rank, 1, sorted.size());
+  return sorted[rank - 1];
+}
+
+void fill_latency_fields(profile::Serving& s) {
+  s.total_queries = s.requests.size();
+  s.success_queries = 0;
+  for (auto& r : s.requests) s.success_queries += r.status >= 200 && r.status < 300;
+  std::vector<int64_t> lat;
+  for (size_t i = s.warmup; i < s.requests.size(); ++i)
+    if (s.requests[i].status != 0) lat.push_back(s.requests[i].latency_ns);
+  std::sort(lat.begin(), lat.end());
+  long double sum = 0;
+  for (int64_t v : lat) sum += v;
+  s.average_latency_ns = lat.empty() ? 0 : static_cast<int64_t>(std::llround(sum / lat.size()));
+  s.p50_ns = percentile(lat, 50);
+  s.p90_ns = percentile(lat, 90);
+  s.p95_ns = percentile(lat, 95);
+  s.p99_ns = percentile(lat, 99);
+  s.p999_ns = percentile(lat, 99.9);
+  const int64_t span = s.window_end_ns - s.window_start_ns;
+  const uint64_t done = s.requests.size() > s.warmup ? s.requests.size() - s.warmup : 0;
+  s.measured_qps_milli = span > 0 ? static_cast<int64_t>(std::llround(done * 1e12 / static_cast<double>(span))) : 0;
+}
+
+}  // namespace mlprof::tools

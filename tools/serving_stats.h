@@ -1,0 +1,21 @@
+// The cloud profile's latency and throughput fields from the recorded requests (docs/serving.md):
+// totalQueries / successQueries over every request sent (warmup included); latencies and
+// measuredQueriesPerSecond over the steady window (requests after the warmup) that got an HTTP
+// response. Percentiles are nearest-rank: the smallest recorded latency with at least q% of the
+// values at or below it (so every percentile is a latency that was actually measured).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "profile/model.h"
+
+namespace mlprof::tools {
+
+// Nearest-rank percentile of `sorted` (ascending), q in (0, 100]; 0 when empty.
+int64_t percentile(const std::vector<int64_t>& sorted, double q);
+
+// Fills total/success queries, average latency, p50..p99.9 and measured QPS of `s` from
+// s.requests, s.warmup and s.window_start_ns/window_end_ns.
+void fill_latency_fields(profile::Serving& s);
+
+}  // namespace mlprof::tools

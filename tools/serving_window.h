@@ -1,0 +1,35 @@
+// Per-request normalization of the profile over the serving workflow's steady window: the CPU of
+// each source line inside the window (from the time-ordered samples), and a summary of where the
+// window's CPU went that the advice uses. Allocation figures per site come from the collector's
+// memory window (collector::MemWindow, BuildOptions::memory_window).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "profile/model.h"
+
+namespace mlprof::tools {
+
+// CPU of the window [s.window_start_ns, s.window_end_ns) in microseconds, split.
+struct WindowCpu {
+  int64_t total_us = 0, interpreter_us = 0, native_us = 0, system_us = 0;
+  int64_t matmul_us = 0;  // samples with a BLAS / matmul frame (gemm, matmul, dot, ...)
+  int64_t gc_us = 0;      // samples inside the Python garbage collector
+  int64_t lock_wait_us = 0;  // wall mode: waits in locks / the GIL
+  std::map<uint32_t, int64_t> per_thread_us;  // thread index -> CPU
+};
+
+// A sample's CPU in microseconds: the (thread, stack) row's cpu value spread over its samples'
+// weights, so window sums use exactly the figures of the whole profile.
+WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns);
+
+// Fills s.lines (CPU per line in the window, most total first, at most max_lines). A sample's
+// "self" line is its innermost frame that has a line (native code without line information, a
+// BLAS kernel, counts at the line that called it); "total" counts every line of its stack once.
+void fill_window_lines(profile::Profile& p, profile::Serving& s, size_t max_lines = 300);
+
+// Function names the advice counts as matrix products (BLAS, oneDNN, PyTorch, numpy).
+bool is_matmul_function(const std::string& name);
+
+}  // namespace mlprof::tools
