@@ -297,6 +297,49 @@ bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
       if (!r.bad) s_.memory.usage(t, static_cast<int64_t>(std::min<uint64_t>(rss, INT64_MAX)));
       break;
     }
+    case wire::Record::kGpuConfig: {
+      uint64_t clock = r.u();
+      int64_t offset = r.s();
+      uint64_t version = r.u();
+      if (!r.bad) s_.gpu.config(static_cast<uint8_t>(clock), offset, static_cast<uint32_t>(version));
+      break;
+    }
+    case wire::Record::kGpuLaunch: {
+      uint32_t tid = static_cast<uint32_t>(r.u());
+      uint64_t stack = r.u();
+      int64_t t = static_cast<int64_t>(r.u());
+      uint64_t corr = r.u(), api = r.u(), cbid = r.u();
+      if (!r.bad) s_.gpu.launch(thread_index(tid), stack, t, corr, static_cast<uint8_t>(api), static_cast<uint32_t>(cbid));
+      break;
+    }
+    case wire::Record::kGpuCorrelation: {
+      uint64_t inner = r.u(), outer = r.u();
+      if (!r.bad) s_.gpu.alias(inner, outer);
+      break;
+    }
+    case wire::Record::kGpuName: {
+      uint64_t id = r.u();
+      std::string name = str();
+      if (!r.bad) s_.gpu.name(id, std::move(name));
+      break;
+    }
+    case wire::Record::kGpuActivity: {
+      GpuActivityIn a;
+      a.kind = static_cast<uint8_t>(r.u());
+      a.correlation = r.u();
+      a.start = r.u();
+      a.end = r.u();
+      a.device = static_cast<uint32_t>(r.u());
+      a.stream = static_cast<uint32_t>(r.u());
+      a.bytes = r.u();
+      a.copy_kind = static_cast<uint8_t>(r.u());
+      a.name_id = r.u();
+      for (uint32_t& v : a.grid) v = static_cast<uint32_t>(r.u());
+      for (uint32_t& v : a.block) v = static_cast<uint32_t>(r.u());
+      a.address = r.u();
+      if (!r.bad) s_.gpu.activity(a);
+      break;
+    }
     default:
       break;  // a record type from a newer minor version: skip it
   }

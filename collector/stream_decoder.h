@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "collector/gpu_tracker.h"
 #include "collector/memory_tracker.h"
 #include "common/wire_format.h"
 
@@ -81,6 +82,9 @@ struct ProcessStream {
   // Memory profiling (wire 1.2): fed record by record, never stored per event. memory.active()
   // once any memory record arrived.
   MemoryTracker memory;
+  // GPU profiling (wire 1.3): joined and aggregated as records arrive. gpu.active() once any GPU
+  // record arrived.
+  GpuTracker gpu;
   std::map<wire::Counter, uint64_t> counters;
   std::vector<std::string> messages;
   bool ended = false;  // PROCESS_END seen (clean end)

@@ -15,7 +15,7 @@ namespace mlprof::wire {
 
 inline constexpr char kMagic[4] = {'M', 'L', 'P', 'W'};
 inline constexpr uint8_t kMajor = 1;
-inline constexpr uint8_t kMinor = 2;  // 1.1: Python records and frames; 1.2: memory records
+inline constexpr uint8_t kMinor = 3;  // 1.1: Python records and frames; 1.2: memory records; 1.3: GPU
 inline constexpr unsigned kHeaderSize = 8;
 
 enum class Record : uint8_t {
@@ -76,8 +76,46 @@ enum class Record : uint8_t {
   // Since 1.2. Process memory use, sent by the writer at >= 10 Hz while memory profiling is on:
   // mono_ns, rss_bytes (resident set size from /proc/self/statm).
   kMemUsage = 19,
-  // 20-29 reserved for the GPU records (wire 1.3, issue 7); see docs/wire-format.md.
+  // Since 1.3 (GPU, docs/gpu.md). CUDA profiling through CUPTI is on in this process (sent once,
+  // when CUPTI got attached): clock (GpuClock), clock_offset_ns (s: add it to a CUPTI timestamp to
+  // get CLOCK_MONOTONIC; 0 with kMonotonic), cupti_version (cuptiGetVersion).
+  kGpuConfig = 20,
+  // Since 1.3. A CUDA API call that queues GPU work (kernel launch, copy, memset, graph launch),
+  // allocates or frees device memory, or waits for the GPU, seen in CUPTI's ENTER callback on the
+  // calling thread: tid, stack_id, mono_ns (absolute), correlation_id, api (GpuApi), cbid
+  // (CUPTI callback id, domain in bit 31: 1 = driver).
+  kGpuLaunch = 21,
+  // Since 1.3. A driver API call made inside an outer API call (a runtime launch calls the
+  // driver): inner correlation_id, outer correlation_id. Activity carrying the inner id belongs to
+  // the outer call's stack.
+  kGpuCorrelation = 22,
+  // Since 1.3. A kernel name before the first GPU_ACTIVITY that refers to it: name_id, name (str,
+  // mangled as CUPTI gives it).
+  kGpuName = 23,
+  // Since 1.3. One completed activity record: kind (GpuActivityKind), correlation_id, start, end
+  // (CUPTI timestamps, ns; equal for instantaneous records), device, stream, bytes (copies,
+  // memsets, memory records), copy_kind (GpuCopyKind), name_id (kernels; 0 = none), grid_x, grid_y,
+  // grid_z, block_x, block_y, block_z (kernels), address (memory records).
+  kGpuActivity = 24,
+  // 25-29 reserved for later GPU records.
 };
+
+enum class GpuClock : uint8_t {
+  kMonotonic = 0,  // CUPTI timestamps are CLOCK_MONOTONIC ns (timestamp callback registered)
+  kOffset = 1,        // CUPTI's own clock: CLOCK_MONOTONIC = timestamp + clock_offset_ns
+};
+
+// What a GPU_LAUNCH call does.
+enum class GpuApi : uint8_t {
+  kKernel = 0, kMemcpy = 1, kMemset = 2, kGraph = 3, kSync = 4, kAlloc = 5, kFree = 6, kOther = 7,
+};
+
+enum class GpuActivityKind : uint8_t {
+  kKernel = 1, kMemcpy = 2, kMemset = 3, kMemAlloc = 4, kMemFree = 5, kSync = 6, kOverhead = 7,
+};
+
+// Copy directions (CUPTI's CUpti_ActivityMemcpyKind collapsed).
+enum class GpuCopyKind : uint8_t { kOther = 0, kHtoD = 1, kDtoH = 2, kDtoD = 3, kHtoH = 4, kPtoP = 5 };
 
 // MEM_CONFIG flags.
 enum MemFlags : uint64_t {
@@ -142,6 +180,11 @@ enum class Counter : uint8_t {
   kMemDropped = 19,      // memory events lost (ring full past the wait limit, or no ring for the thread)
   kCopySamples = 20,     // sampled copies sent (COPY records)
   kMemTableFull = 21,    // sampled allocations not tracked because the live-pointer table was full
+  // Since 1.3 (GPU).
+  kGpuLaunches = 22,     // GPU_LAUNCH records sent
+  kGpuActivities = 23,   // GPU_ACTIVITY records sent
+  kGpuDropped = 24,      // GPU events lost (the GPU ring was full)
+  kGpuCuptiDropped = 25, // activity records CUPTI itself dropped (cuptiActivityGetNumDroppedRecords)
 };
 
 // Commands from the collector to the preload, one byte each on the same socket.

@@ -124,6 +124,16 @@ void load_config(Config& cfg, void (*report)(const char* msg)) {
       complain("%s=%s is not a sampling interval in bytes (0 = copies not sampled, up to 2^40); "
                "using 1048576", "MLPROF_COPY_INTERVAL", iv);
   }
+
+  if (const char* g = getenv("MLPROF_GPU")) {
+    if (strcmp(g, "0") == 0)
+      cfg.gpu = false;
+    else if (strcmp(g, "1") == 0)
+      cfg.gpu = true;
+    else
+      complain("%s=%s is not 0 (GPU profiling off) or 1 (on, the default); GPU profiling stays on", "MLPROF_GPU", g);
+  }
+  if (const char* cp = getenv("MLPROF_CUPTI_PATH")) snprintf(cfg.cupti_path, sizeof cfg.cupti_path, "%s", cp);
 }
 
 }  // namespace mlprof::preload

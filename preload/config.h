@@ -31,6 +31,9 @@ struct Config {
   bool memory = true;                          // MLPROF_MEMORY: 0 turns it off
   uint64_t mem_interval = kDefaultMemInterval;  // MLPROF_MEM_INTERVAL: bytes; 1 = exact mode
   uint64_t copy_interval = kDefaultCopyInterval;  // MLPROF_COPY_INTERVAL: bytes; 0 = copies not sampled
+  // GPU profiling through CUPTI (preload/gpu_*.h, docs/gpu.md).
+  bool gpu = true;               // MLPROF_GPU: 0 turns it off
+  char cupti_path[512] = {};     // MLPROF_CUPTI_PATH: the libcupti to load (file or directory)
 };
 
 // Wall mode's tick: one wall-clock sampling period, 1/rate, but at least 1 ms.

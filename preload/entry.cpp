@@ -14,6 +14,7 @@
 
 #include "common/wire_format.h"
 #include "preload/config.h"
+#include "preload/gpu.h"
 #include "preload/mem_profiler.h"
 #include "preload/python.h"
 #include "preload/runtime.h"
@@ -94,6 +95,7 @@ void fork_parent() {
 }
 void fork_child() {
   mem::fork_child();
+  gpu::fork_child();
   if (g_active) {
     g_pid = getpid();
     g_threads.reset_after_fork(g_cfg.signo, g_period_ns, clock_ns(CLOCK_MONOTONIC));
@@ -175,6 +177,10 @@ __attribute__((constructor)) void mlprof_preload_init() {
   // The main thread first, so the stream's start record names the clock it really got; its
   // samples are dropped until sampling is switched on below.
   register_thread();
+  // GPU profiling waits for libcuda; the writer thread attaches CUPTI when its module scans see it
+  // (the first one, when libcuda is linked in), never this constructor (the loader's lock is held
+  // here). Decided before the writer starts, so that its first scan knows.
+  gpu::init(g_cfg, report);
   g_writer = new (g_writer_storage) Writer(g_cfg, g_threads);
   if (!g_writer->start(clock_ns(CLOCK_REALTIME), clock_ns(CLOCK_MONOTONIC), g_period_ns)) {
     g_threads.retire_current(clock_ns(CLOCK_MONOTONIC));
@@ -192,6 +198,7 @@ __attribute__((constructor)) void mlprof_preload_init() {
   g_active = true;
   g_sampler.sampling.store(true, std::memory_order_release);
   mem::set_recording(true);
+  gpu::set_recording(true);
   pthread_atfork(fork_prepare, fork_parent, fork_child);
   on_exit(on_process_exit, nullptr);
 }
@@ -223,6 +230,7 @@ void before_exec() {
   mem::Guard guard;
   g_sampler.sampling.store(false, std::memory_order_release);
   mem::set_recording(false);
+  gpu::set_recording(false);
   // Every sampling clock must be stopped before the exec: a tick during or after it would leave
   // a sampling signal pending for the new image, whose default action for it is to terminate.
   // A signal already pending is delivered to our handler when stopping returns to user space.
@@ -238,6 +246,7 @@ void after_exec_failed() {
   if (g_writer->restart(clock_ns(CLOCK_REALTIME), clock_ns(CLOCK_MONOTONIC))) {
     g_sampler.sampling.store(true, std::memory_order_release);
     mem::set_recording(true);
+    gpu::set_recording(true);
   }
 }
 

@@ -65,6 +65,7 @@ class TraceWriter {
     metadata();
     samples();
     memory();
+    gpu();
     // No "displayTimeUnit": Perfetto (some versions) reads it as the unit of "ts"; ours is always us.
     buf_ += "\n],\"otherData\":";
     buf_ += dump(other_data());
@@ -270,6 +271,64 @@ class TraceWriter {
         counter(pid, "Heap", pt.t_ns, pt.heap_bytes);
       }
       flush(false);
+    }
+  }
+
+  // GPU (docs/gpu.md): one track per CUDA stream in the launching process, a slice per kernel /
+  // copy / memset, and a flow from the launching thread at the API call to the GPU work.
+  void gpu() {
+    uint64_t flow_id = 1;
+    for (const auto& g : p_.gpu) {
+      const uint32_t pid = g.process < p_.processes.size() ? p_.processes[g.process].pid : 0;
+      std::map<std::pair<uint32_t, uint32_t>, uint32_t> tracks;  // (device, stream) -> tid
+      for (const auto& o : g.ops) tracks.emplace(std::make_pair(o.device, o.stream), 0);
+      uint32_t next = 0x40000000;  // above any real tid (pid_max <= 2^22)
+      for (auto& [ids, tid] : tracks) {
+        tid = next++;
+        begin_event();
+        fmt::format_to(std::back_inserter(buf_), R"({{"ph":"M","pid":{},"tid":{},"name":"thread_name","args":{}}})", pid,
+                       tid, dump({{"name", fmt::format("CUDA stream {} (device {})", ids.second, ids.first)}}));
+      }
+      for (const auto& o : g.ops) {
+        const uint32_t tid = tracks[{o.device, o.stream}];
+        std::string name;
+        if (o.kind == profile::GpuOpKind::kKernel) name = p_.str(o.name).empty() ? "kernel" : p_.str(o.name);
+        else if (o.kind == profile::GpuOpKind::kMemcpy) name = fmt::format("Memcpy {}", gpu_copy_name(o.copy_kind));
+        else if (o.kind == profile::GpuOpKind::kMemset) name = "Memset";
+        else name = "Synchronization";
+        begin_event();
+        fmt::format_to(std::back_inserter(buf_), R"({{"ph":"X","cat":"gpu","pid":{},"tid":{},"ts":)", pid, tid);
+        append_us(buf_, o.start_ns - base_ns_);
+        buf_ += ",\"dur\":";
+        append_us(buf_, o.end_ns > o.start_ns ? o.end_ns - o.start_ns : 0);
+        fmt::format_to(std::back_inserter(buf_), R"(,"name":{},"args":{{"bytes":{},"correlation":{}}}}})", dump(name),
+                       o.bytes, o.correlation);
+        if (o.thread != profile::kNone && o.thread < p_.threads.size() && o.launch_ns) {
+          begin_event();
+          fmt::format_to(std::back_inserter(buf_), R"({{"ph":"s","cat":"gpu-launch","pid":{},"tid":{},"ts":)",
+                         pid_of_thread(o.thread), p_.threads[o.thread].tid);
+          append_us(buf_, o.launch_ns - base_ns_);
+          fmt::format_to(std::back_inserter(buf_), R"(,"id":{},"name":"launch"}})", flow_id);
+          begin_event();
+          fmt::format_to(std::back_inserter(buf_), R"({{"ph":"f","bp":"e","cat":"gpu-launch","pid":{},"tid":{},"ts":)",
+                         pid, tid);
+          append_us(buf_, o.start_ns - base_ns_);
+          fmt::format_to(std::back_inserter(buf_), R"(,"id":{},"name":"launch"}})", flow_id);
+          ++flow_id;
+        }
+        flush(false);
+      }
+    }
+  }
+
+  static const char* gpu_copy_name(uint8_t k) {
+    switch (k) {
+      case 1: return "HtoD";
+      case 2: return "DtoH";
+      case 3: return "DtoD";
+      case 4: return "HtoH";
+      case 5: return "PtoP";
+      default: return "";
     }
   }
 

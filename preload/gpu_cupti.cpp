@@ -1,0 +1,516 @@
+// GPU profiling: attaching CUPTI, the API ENTER callback and the activity buffers. See preload/gpu.h
+// and docs/gpu.md. Every CUPTI entry point is resolved with dlsym from the handle gpu_loader.cpp
+// opened: nothing links against CUDA. Built without the CUPTI headers, only the three functions at
+// the end exist and attaching says so.
+//
+// Not signal context. The callback runs on application threads inside CUDA API calls: it takes
+// the memory hooks' guard, never blocks (a full ring drops the event and counts it), and keeps
+// errno. The buffer callbacks run on CUPTI's threads or inside a flush (possibly on the writer
+// thread): they never wait for the writer either.
+#include "preload/gpu.h"
+
+#if MLPROF_HAVE_CUPTI
+#include <cupti.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/wire_format.h"
+#include "preload/config.h"
+#include "preload/gpu_events.h"
+#include "preload/mem_thread.h"
+#include "preload/threads.h"
+#include "preload/unwinder.h"
+#endif
+
+namespace mlprof::preload::gpu {
+
+#if !MLPROF_HAVE_CUPTI
+
+bool cupti_compiled() { return false; }
+bool attach_cupti(void*) { return false; }
+void flush_cupti(bool) {}
+
+#else
+
+bool cupti_compiled() { return true; }
+
+namespace {
+
+struct Api {
+  decltype(&cuptiSubscribe) subscribe = nullptr;
+  decltype(&cuptiEnableCallback) enable_callback = nullptr;
+  decltype(&cuptiGetCallbackName) callback_name = nullptr;
+  decltype(&cuptiActivityEnable) activity_enable = nullptr;
+  decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+  decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
+  decltype(&cuptiActivityFlushAll) flush_all = nullptr;
+  decltype(&cuptiGetTimestamp) get_timestamp = nullptr;
+  decltype(&cuptiGetVersion) get_version = nullptr;
+  // optional
+  decltype(&cuptiActivityGetNumDroppedRecords) num_dropped = nullptr;
+  decltype(&cuptiActivityRegisterTimestampCallback) timestamp_callback = nullptr;
+  decltype(&cuptiActivityFlushPeriod) flush_period = nullptr;
+  decltype(&cuptiGetResultString) result_string = nullptr;
+};
+Api g_api;
+CUpti_SubscriberHandle g_subscriber = nullptr;
+
+// Which API calls are recorded: g_class[domain][cbid] = wire::GpuApi + 1 (0 = not subscribed).
+constexpr uint32_t kMaxCbid = 2048;
+uint8_t g_class[2][kMaxCbid];
+
+// Frames of these modules are cut from the leaf end of launch stacks: the preload, libcupti,
+// libcuda (the stack then starts in the CUDA runtime's API function or the program's call).
+struct Range {
+  uint64_t lo, hi;
+};
+Range g_cut[3];
+
+struct ThreadGpu {
+  uint32_t depth;  // nesting of subscribed API calls on this thread
+  uint32_t tid;
+  uint64_t outer;  // correlation id of the outermost call in progress
+};
+__thread ThreadGpu t_gpu __attribute__((tls_model("initial-exec")));
+
+int64_t mono_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+uint64_t CUPTIAPI monotonic_timestamp() { return static_cast<uint64_t>(mono_ns()); }
+
+uint8_t classify(const char* name) {
+  auto starts = [name](const char* p) { return strncmp(name, p, strlen(p)) == 0; };
+  using A = wire::GpuApi;
+  A a;
+  if (starts("cudaLaunchHostFunc") || starts("cuLaunchHostFunc")) return 0;
+  if (starts("cudaGraphLaunch") || starts("cuGraphLaunch"))
+    a = A::kGraph;
+  else if (starts("cudaLaunch") || starts("cuLaunch"))
+    a = A::kKernel;
+  else if (starts("cudaMemcpy") || starts("cuMemcpy"))
+    a = A::kMemcpy;
+  else if (starts("cudaMemset") || starts("cuMemset"))
+    a = A::kMemset;
+  else if (starts("cudaMalloc") || starts("cuMemAlloc"))
+    a = A::kAlloc;
+  else if (starts("cudaFree") || starts("cuMemFree"))
+    a = A::kFree;
+  else if (starts("cudaDeviceSynchronize") || starts("cudaStreamSynchronize") || starts("cudaEventSynchronize") ||
+           starts("cuCtxSynchronize") || starts("cuStreamSynchronize") || starts("cuEventSynchronize"))
+    a = A::kSync;
+  else
+    return 0;
+  return static_cast<uint8_t>(static_cast<uint8_t>(a) + 1);
+}
+
+uint32_t current_tid() {
+  if (!t_gpu.tid) t_gpu.tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  return t_gpu.tid;
+}
+
+bool cut(uint64_t pc) {
+  for (const Range& r : g_cut)
+    if (pc >= r.lo && pc < r.hi) return true;
+  return false;
+}
+
+// The calling thread's stack without the frames of the preload, libcupti and libcuda, then its
+// Python frames; as mem_profiler.cpp's capture_stack.
+void capture_stack(RawGpuEvent* ev) {
+  auto* pcs = reinterpret_cast<uint64_t*>(ev + 1);
+  int n = 0;
+  uint8_t flags = 0;
+  ThreadSlot* slot = t_slot;
+  if (slot && slot->bounds.hi > slot->bounds.lo) {
+    const UnwindResult r = unwind_cfi_here(slot->bounds, pcs, kMaxFrames);
+    int i = 0;
+    while (i < r.nframes && cut(pcs[i])) ++i;
+    if (i < r.nframes) {
+      n = r.nframes - i;
+      if (i) memmove(pcs, pcs + i, static_cast<size_t>(n) * sizeof(uint64_t));
+      flags = r.flags;
+      // pcs[0] is now a return address: inside the call instruction, the lookup lands on the
+      // calling line (frame 0 is looked up as is).
+      pcs[0] -= 1;
+    } else {
+      flags = wire::kStackUnwindStop;
+    }
+  } else {
+    flags = wire::kStackLeafOnly;
+  }
+  int npy = 0;
+  if (g_sampler.python.load(std::memory_order_relaxed)) {
+    auto* py = reinterpret_cast<python::RawPyFrame*>(pcs + n);
+    uint8_t pyflags = 0;
+    npy = python::walk(py, kMaxPyFrames, &pyflags);
+    if (pyflags & python::kSampleHasPython) flags |= wire::kStackHasPython;
+    if (pyflags & python::kSampleGilHeld) flags |= wire::kStackGilHeld;
+    if (pyflags & python::kSampleWalkFailed) flags |= wire::kStackPyWalkFailed;
+  }
+  ev->nframes = static_cast<uint16_t>(n);
+  ev->npy = static_cast<uint8_t>(npy);
+  ev->flags = flags;
+}
+
+// Reserves ring space (the shared ring's lock is held until commit/abandon); nullptr when full.
+uint8_t* reserve(uint32_t len) {
+  g_gpu.ring.lock();
+  uint8_t* p = g_gpu.ring.ring().reserve(len);
+  if (!p) {
+    g_gpu.ring.unlock();
+    g_gpu.dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+  return p;
+}
+void commit(uint32_t len) {
+  g_gpu.ring.ring().commit(len);
+  g_gpu.ring.unlock();
+}
+
+void emit_alias(uint64_t inner, uint64_t outer) {
+  auto* ev = reinterpret_cast<RawGpuEvent*>(reserve(sizeof(RawGpuEvent)));
+  if (!ev) return;
+  memset(ev, 0, sizeof *ev);
+  ev->type = static_cast<uint8_t>(EventType::kAlias);
+  ev->a = inner;
+  ev->b = outer;
+  commit(sizeof *ev);
+}
+
+void emit_launch(uint64_t correlation, uint32_t cbid, uint8_t api) {
+  const int64_t t = mono_ns();
+  // The stack is captured into a local buffer first: the ring's lock is not held while unwinding.
+  alignas(8) static __thread uint8_t buf[kMaxLaunchEvent] __attribute__((tls_model("initial-exec")));
+  auto* ev = reinterpret_cast<RawGpuEvent*>(buf);
+  memset(ev, 0, sizeof *ev);
+  capture_stack(ev);
+  ev->type = static_cast<uint8_t>(EventType::kLaunch);
+  ev->t_ns = t;
+  ev->a = correlation;
+  ev->cbid = cbid;
+  ev->api = api;
+  ev->tid = current_tid();
+  const uint32_t len = static_cast<uint32_t>(sizeof(RawGpuEvent) + ev->nframes * sizeof(uint64_t) +
+                                             ev->npy * sizeof(python::RawPyFrame));
+  uint8_t* p = reserve(len);
+  if (!p) return;
+  memcpy(p, buf, len);
+  commit(len);
+}
+
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  const int d = domain == CUPTI_CB_DOMAIN_DRIVER_API ? 1 : 0;
+  const uint8_t cls = cbid < kMaxCbid ? g_class[d][cbid] : 0;
+  if (!cls || !data) return;
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  ThreadGpu& t = t_gpu;
+  if (cb->callbackSite != CUPTI_API_ENTER) {
+    if (t.depth) --t.depth;
+    return;
+  }
+  if (t.depth++ > 0) {  // a driver call inside a runtime call: its activity is the outer call's
+    if (g_gpu.recording.load(std::memory_order_relaxed)) {
+      const int saved = errno;
+      mem::Guard guard;
+      emit_alias(cb->correlationId, t.outer);
+      errno = saved;
+    }
+    return;
+  }
+  t.outer = cb->correlationId;
+  if (!g_gpu.recording.load(std::memory_order_relaxed)) return;
+  const int saved = errno;
+  mem::Guard guard;
+  emit_launch(cb->correlationId, cbid | (d ? 0x80000000u : 0u), static_cast<uint8_t>(cls - 1));
+  errno = saved;
+}
+
+// ---- activity buffers ------------------------------------------------------------------------
+
+constexpr size_t kBufferBytes = 4u << 20;
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  mem::Guard guard;
+  void* p = nullptr;
+  if (posix_memalign(&p, 8, kBufferBytes) != 0) p = nullptr;
+  *buffer = static_cast<uint8_t*>(p);
+  *size = p ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+uint8_t copy_kind(uint8_t k) {
+  using C = wire::GpuCopyKind;
+  switch (k) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: return static_cast<uint8_t>(C::kHtoD);
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: return static_cast<uint8_t>(C::kDtoH);
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: return static_cast<uint8_t>(C::kDtoD);
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return static_cast<uint8_t>(C::kHtoH);
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return static_cast<uint8_t>(C::kPtoP);
+    default: return static_cast<uint8_t>(C::kOther);
+  }
+}
+
+void emit_activity(const RawGpuActivity& a, const char* name) {
+  uint32_t name_len = name ? static_cast<uint32_t>(strnlen(name, kMaxNameLen)) : 0;
+  const uint32_t len = sizeof(RawGpuEvent) + sizeof(RawGpuActivity) + name_len;
+  uint8_t* p = reserve(len);
+  if (!p) return;
+  auto* ev = reinterpret_cast<RawGpuEvent*>(p);
+  memset(ev, 0, sizeof *ev);
+  ev->type = static_cast<uint8_t>(EventType::kActivity);
+  ev->name_len = static_cast<uint16_t>(name_len);
+  memcpy(p + sizeof *ev, &a, sizeof a);
+  if (name_len) memcpy(p + sizeof *ev + sizeof a, name, name_len);
+  commit(len);
+}
+
+// The struct versions are the ones of the headers this preload was built with (CUDA 13:
+// Kernel10, Memcpy6, Memset4, Memory4, Synchronization2); the fields read here sit at the same
+// offsets in the versions other CUPTI releases emit: NOT verified against a real GPU yet
+// (docs/gpu.md, "Record layouts").
+void convert(const CUpti_Activity* rec) {
+  RawGpuActivity a;
+  memset(&a, 0, sizeof a);
+  using K = wire::GpuActivityKind;
+  const char* name = nullptr;
+  switch (rec->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+      a.kind = static_cast<uint8_t>(K::kKernel);
+      a.correlation = k->correlationId;
+      a.start = k->start;
+      a.end = k->end;
+      a.device = k->deviceId;
+      a.stream = k->streamId;
+      a.grid[0] = static_cast<uint32_t>(k->gridX);
+      a.grid[1] = static_cast<uint32_t>(k->gridY);
+      a.grid[2] = static_cast<uint32_t>(k->gridZ);
+      a.block[0] = static_cast<uint32_t>(k->blockX);
+      a.block[1] = static_cast<uint32_t>(k->blockY);
+      a.block[2] = static_cast<uint32_t>(k->blockZ);
+      name = k->name;
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+      a.kind = static_cast<uint8_t>(K::kMemcpy);
+      a.correlation = m->correlationId;
+      a.start = m->start;
+      a.end = m->end;
+      a.device = m->deviceId;
+      a.stream = m->streamId;
+      a.bytes = m->bytes;
+      a.copy_kind = copy_kind(m->copyKind);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+      a.kind = static_cast<uint8_t>(K::kMemset);
+      a.correlation = m->correlationId;
+      a.start = m->start;
+      a.end = m->end;
+      a.device = m->deviceId;
+      a.stream = m->streamId;
+      a.bytes = m->bytes;
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMORY2: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemory4*>(rec);
+      if (m->memoryKind != CUPTI_ACTIVITY_MEMORY_KIND_DEVICE) return;  // device memory only
+      if (m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION)
+        a.kind = static_cast<uint8_t>(K::kMemAlloc);
+      else if (m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE)
+        a.kind = static_cast<uint8_t>(K::kMemFree);
+      else
+        return;
+      a.correlation = m->correlationId;
+      a.start = a.end = m->timestamp;
+      a.device = m->deviceId;
+      a.stream = m->streamId;
+      a.bytes = m->bytes;
+      a.address = m->address;
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+      const auto* s = reinterpret_cast<const CUpti_ActivitySynchronization2*>(rec);
+      a.kind = static_cast<uint8_t>(K::kSync);
+      a.correlation = s->correlationId;
+      a.start = s->start;
+      a.end = s->end;
+      a.stream = s->streamId;
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_OVERHEAD: {
+      const auto* o = reinterpret_cast<const CUpti_ActivityOverhead3*>(rec);
+      a.kind = static_cast<uint8_t>(K::kOverhead);
+      a.start = o->start;
+      a.end = o->end;
+      break;
+    }
+    default:
+      return;
+  }
+  emit_activity(a, name);
+}
+
+void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+  mem::Guard guard;
+  const int saved = errno;
+  if (buffer && valid > 0) {
+    CUpti_Activity* rec = nullptr;
+    while (g_api.next_record(buffer, valid, &rec) == CUPTI_SUCCESS && rec) convert(rec);
+  }
+  size_t dropped = 0;
+  if (g_api.num_dropped && g_api.num_dropped(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped)
+    g_gpu.cupti_dropped.fetch_add(dropped, std::memory_order_relaxed);
+  free(buffer);
+  errno = saved;
+}
+
+const char* result_text(CUptiResult r) {
+  const char* s = nullptr;
+  if (g_api.result_string && g_api.result_string(r, &s) == CUPTI_SUCCESS && s) return s;
+  return "unknown CUPTI error";
+}
+
+void say(const char* fmt, int code, const char* text) {
+  static char buf[768];
+  snprintf(buf, sizeof buf, fmt, code, text);
+  g_gpu.report(buf);
+}
+
+template <typename T>
+bool resolve(void* h, const char* name, T* out) {
+  *out = reinterpret_cast<T>(dlsym(h, name));
+  return *out != nullptr;
+}
+
+// CLOCK_MONOTONIC - cuptiGetTimestamp, from the tightest of a few bracketing pairs.
+int64_t calibrate_offset() {
+  int64_t best_gap = INT64_MAX, offset = 0;
+  for (int i = 0; i < 7; ++i) {
+    uint64_t c = 0;
+    const int64_t before = mono_ns();
+    if (g_api.get_timestamp(&c) != CUPTI_SUCCESS) return 0;
+    const int64_t after = mono_ns();
+    if (after - before < best_gap) {
+      best_gap = after - before;
+      offset = before + (after - before) / 2 - static_cast<int64_t>(c);
+    }
+  }
+  return offset;
+}
+
+}  // namespace
+
+bool attach_cupti(void* h) {
+  bool ok = resolve(h, "cuptiSubscribe", &g_api.subscribe) && resolve(h, "cuptiEnableCallback", &g_api.enable_callback) &&
+            resolve(h, "cuptiGetCallbackName", &g_api.callback_name) &&
+            resolve(h, "cuptiActivityEnable", &g_api.activity_enable) &&
+            resolve(h, "cuptiActivityRegisterCallbacks", &g_api.register_callbacks) &&
+            resolve(h, "cuptiActivityGetNextRecord", &g_api.next_record) &&
+            resolve(h, "cuptiActivityFlushAll", &g_api.flush_all) && resolve(h, "cuptiGetTimestamp", &g_api.get_timestamp) &&
+            resolve(h, "cuptiGetVersion", &g_api.get_version);
+  resolve(h, "cuptiActivityGetNumDroppedRecords", &g_api.num_dropped);
+  resolve(h, "cuptiActivityRegisterTimestampCallback", &g_api.timestamp_callback);
+  resolve(h, "cuptiActivityFlushPeriod", &g_api.flush_period);
+  resolve(h, "cuptiGetResultString", &g_api.result_string);
+  if (!ok) {
+    g_gpu.report("the libcupti found lacks functions mlprof needs (too old?); GPU profiling off (CPU and memory "
+                 "profiling go on). Point MLPROF_CUPTI_PATH at the CUPTI of your CUDA toolkit");
+    return false;
+  }
+  uint32_t version = 0;
+  g_api.get_version(&version);
+  CUptiResult r = g_api.subscribe(&g_subscriber, on_callback, nullptr);
+  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+    g_gpu.report("CUPTI is already in use by another tool in this process (torch.profiler, Nsight Systems/Compute, "
+                 "another profiler: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED); GPU profiling off (CPU and memory "
+                 "profiling go on). Run without the other tool, or use mlprof-run --no-gpu");
+    return false;
+  }
+  if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES || r == CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES) {
+    g_gpu.report("CUPTI refused access to GPU performance data (CUPTI_ERROR_INSUFFICIENT_PRIVILEGES); GPU profiling "
+                 "off (CPU and memory profiling go on). Allow non-admin profiling (NVreg_RestrictProfilingToAdminUsers=0, "
+                 "see https://developer.nvidia.com/ERR_NVGPUCTRPERM) or run as root");
+    return false;
+  }
+  if (r != CUPTI_SUCCESS) {
+    say("cuptiSubscribe failed (error %d: %s); GPU profiling off (CPU and memory profiling go on)", static_cast<int>(r),
+        result_text(r));
+    return false;
+  }
+  // Which callbacks: by name, so that every version's variants (_v2, _ptsz, _ptds, Ex) are in.
+  const CUpti_CallbackDomain domains[2] = {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API};
+  const uint32_t sizes[2] = {CUPTI_RUNTIME_TRACE_CBID_SIZE, CUPTI_DRIVER_TRACE_CBID_SIZE};
+  uint32_t enabled = 0;
+  for (int d = 0; d < 2; ++d) {
+    for (uint32_t cbid = 1; cbid < sizes[d] && cbid < kMaxCbid; ++cbid) {
+      const char* name = nullptr;
+      if (g_api.callback_name(domains[d], cbid, &name) != CUPTI_SUCCESS || !name) continue;
+      const uint8_t cls = classify(name);
+      if (!cls) continue;
+      g_class[d][cbid] = cls;
+      if (g_api.enable_callback(1, g_subscriber, domains[d], cbid) == CUPTI_SUCCESS) ++enabled;
+    }
+  }
+  // Frames to cut from launch stacks.
+  module_text_range(reinterpret_cast<const void*>(&on_callback), &g_cut[0].lo, &g_cut[0].hi);
+  module_text_range(reinterpret_cast<const void*>(g_api.subscribe), &g_cut[1].lo, &g_cut[1].hi);
+  named_text_range("libcuda.so", &g_cut[2].lo, &g_cut[2].hi);
+  // Clock: CUPTI's timestamps in CLOCK_MONOTONIC when it takes our clock, else the measured offset.
+  // (Registered before any activity kind is enabled, as CUPTI requires.)
+  if (g_api.timestamp_callback && g_api.timestamp_callback(monotonic_timestamp) == CUPTI_SUCCESS) {
+    g_gpu.clock = static_cast<uint8_t>(wire::GpuClock::kMonotonic);
+    g_gpu.clock_offset_ns = 0;
+  } else {
+    g_gpu.clock = static_cast<uint8_t>(wire::GpuClock::kOffset);
+    g_gpu.clock_offset_ns = calibrate_offset();
+  }
+  g_gpu.cupti_version = version;
+  r = g_api.register_callbacks(buffer_requested, buffer_completed);
+  if (r != CUPTI_SUCCESS) {
+    say("cuptiActivityRegisterCallbacks failed (error %d: %s); GPU profiling off", static_cast<int>(r), result_text(r));
+    return false;
+  }
+  const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                      CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMORY2,
+                                      CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_OVERHEAD};
+  for (CUpti_ActivityKind k : kinds) {
+    r = g_api.activity_enable(k);
+    if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES) {
+      g_gpu.report("CUPTI refused activity tracing (CUPTI_ERROR_INSUFFICIENT_PRIVILEGES); GPU profiling off (CPU and "
+                   "memory profiling go on). See https://developer.nvidia.com/ERR_NVGPUCTRPERM");
+      return false;
+    }
+    // Other kinds failing (SYNCHRONIZATION on an old driver) only lose that kind.
+  }
+  if (g_api.flush_period) g_api.flush_period(1000);
+  (void)enabled;
+  return true;
+}
+
+void flush_cupti(bool forced) {
+  if (g_api.flush_all) g_api.flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+}
+
+#endif  // MLPROF_HAVE_CUPTI
+
+}  // namespace mlprof::preload::gpu

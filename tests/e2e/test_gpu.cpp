@@ -1,0 +1,377 @@
+// GPU profiling end to end without a GPU (docs/gpu.md): the fixture dlopens a fake libcuda.so.1
+// and queues GPU work of known durations from marked lines; the preload loads the stub libcupti
+// (MLPROF_CUPTI_PATH) whose callbacks and activity records carry those durations. mlprof-run must
+// attribute GPU time per line within 1% of the truth, copies by direction with bytes, memsets,
+// list the kernels, find the device-memory peak and its holders; and every degradation path
+// (no CUPTI, CUPTI taken, no privileges, no libcuda, --no-gpu) must leave a clear message and the
+// CPU profile intact.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "e2e_util.h"
+#include "python_util.h"
+
+namespace {
+
+using namespace e2e;
+
+std::string gpu_dir() { return fixture("gpu"); }
+std::string stub_cupti() { return gpu_dir() + "/libcupti.so"; }
+std::string fake_cuda() { return gpu_dir() + "/libcuda.so.1"; }
+
+bool have_gpu_fixtures() {
+  struct stat st;
+  return stat(stub_cupti().c_str(), &st) == 0 && stat(fake_cuda().c_str(), &st) == 0;
+}
+
+#define REQUIRE_GPU_FIXTURES()                                                                                 \
+  if (!have_gpu_fixtures())                                                                                    \
+  GTEST_SKIP() << "built without the CUPTI headers (no stub libcupti / fake libcuda): set MLPROF_CUDA_ROOT to " \
+                  "a CUDA toolkit to build the GPU tests"
+
+constexpr int kIters = 50;
+
+uint32_t line_of(const std::string& marker) { return marker_line(fixture_source("gpu/gpu_app.cpp"), marker); }
+
+// Total of `metric` over the lines of gpu_app.cpp numbered `line` (the call's line).
+int64_t line_total(const profile::Profile& p, const std::string& metric, uint32_t line) {
+  const uint32_t m = p.metric(metric);
+  if (m == profile::kNone) return -1;
+  int64_t v = 0;
+  for (auto& l : p.lines) {
+    const std::string& f = p.str(l.file);
+    if (l.line == line && f.size() >= 11 && f.compare(f.size() - 11, 11, "gpu_app.cpp") == 0) v += l.total.at(m);
+  }
+  return v;
+}
+
+bool has_message(const profile::Profile& p, const std::string& text) {
+  for (auto& proc : p.processes)
+    for (auto& m : proc.messages)
+      if (m.find(text) != std::string::npos) return true;
+  return false;
+}
+
+std::string messages(const profile::Profile& p) {
+  std::string out;
+  for (auto& proc : p.processes)
+    for (auto& m : proc.messages) out += m + "\n";
+  return out;
+}
+
+// wait: the fixture waits until CUPTI is attached (up to 5 s). Otherwise it still gives the
+// profiler 300 ms to notice libcuda (10 ms cycles) and try, so a degradation message must be there.
+Profiled run_app(const std::vector<std::string>& env, const std::vector<std::string>& extra = {}, bool wait = true) {
+  std::vector<std::string> cmd = {fixture("fixture_gpu_app"), fake_cuda(), std::to_string(kIters)};
+  if (wait) {
+    cmd.push_back("--wait");
+  } else {
+    cmd.push_back("--wait-ms");
+    cmd.push_back("300");
+  }
+  return profile_run(cmd, extra, env);
+}
+
+void expect_near_pct(int64_t got, int64_t want, double pct, const std::string& what) {
+  EXPECT_NEAR(static_cast<double>(got), static_cast<double>(want), want * pct / 100.0) << what;
+}
+
+// The attribution a full run must show (times in us).
+void check_attribution(const Profiled& r) {
+  const auto& p = r.profile;
+  ASSERT_EQ(p.gpu.size(), 1u) << messages(p) << r.result.err;
+  ASSERT_NE(p.metric("gpu"), profile::kNone);
+  expect_near_pct(line_total(p, "gpu", line_of("GPU-LINE: matmul")), kIters * 400, 1, "matmul line gpu");
+  expect_near_pct(line_total(p, "gpu-kernel", line_of("GPU-LINE: matmul")), kIters * 400, 1, "matmul line kernels");
+  expect_near_pct(line_total(p, "gpu", line_of("GPU-LINE: elementwise")), kIters * 150, 1, "elementwise line");
+  expect_near_pct(line_total(p, "gpu-memcpy-htod", line_of("GPU-LINE: htod")), kIters * 50, 1, "htod time");
+  EXPECT_EQ(line_total(p, "gpu-copy-bytes", line_of("GPU-LINE: htod")), int64_t{kIters} << 20) << "htod bytes";
+  expect_near_pct(line_total(p, "gpu-memcpy-dtoh", line_of("GPU-LINE: dtoh")), kIters * 80, 1, "dtoh time");
+  EXPECT_EQ(line_total(p, "gpu-copy-bytes", line_of("GPU-LINE: dtoh")), int64_t{kIters} * (2 << 20)) << "dtoh bytes";
+  expect_near_pct(line_total(p, "gpu-memcpy-dtod", line_of("GPU-LINE: dtod")), kIters * 20, 1, "dtod time");
+  expect_near_pct(line_total(p, "gpu-memset", line_of("GPU-LINE: memset")), kIters * 5, 1, "memset time");
+  // No GPU time leaks onto the other lines' columns.
+  EXPECT_EQ(line_total(p, "gpu-kernel", line_of("GPU-LINE: htod")), 0);
+  EXPECT_EQ(line_total(p, "gpu-memcpy-htod", line_of("GPU-LINE: matmul")), 0);
+
+  const auto& g = p.gpu[0];
+  EXPECT_EQ(g.totals.count("unjoined"), 0u) << "every activity record found its launch";
+  ASSERT_EQ(g.kernels.size(), 2u);
+  EXPECT_EQ(p.str(g.kernels[0].demangled), "matmul_big(float const*, float const*, float*, int)");
+  EXPECT_EQ(p.str(g.kernels[0].name), "_Z10matmul_bigPKfS0_Pfi");
+  EXPECT_EQ(g.kernels[0].calls, static_cast<uint64_t>(kIters));
+  EXPECT_EQ(g.kernels[0].total_ns, int64_t{kIters} * 400000);
+  EXPECT_EQ(g.kernels[0].max_ns, 400000);
+  EXPECT_EQ(g.kernels[0].grid[0], 256u);
+  EXPECT_EQ(g.kernels[0].block[0], 128u);
+  EXPECT_EQ(p.str(g.kernels[1].demangled), "elementwise(float*, int)");
+  // The kernel's launching line is the marked line.
+  ASSERT_NE(g.kernels[0].stack, profile::kNone);
+  bool found = false;
+  for (uint32_t f : p.stacks[g.kernels[0].stack].frames)
+    found = found || p.frames[f].line == line_of("GPU-LINE: matmul");
+  EXPECT_TRUE(found) << "the matmul kernel's stack holds its launching line";
+
+  // Device memory: 64 + 32 MiB live together at the peak, held by the two marked lines.
+  ASSERT_EQ(g.devices.size(), 1u);
+  const auto& d = g.devices[0];
+  EXPECT_EQ(d.peak_bytes, int64_t{96} << 20);
+  ASSERT_EQ(d.peak_holders.size(), 2u);
+  EXPECT_EQ(d.peak_holders[0].bytes, int64_t{64} << 20);
+  EXPECT_EQ(d.peak_holders[1].bytes, int64_t{32} << 20);
+  auto holds_line = [&](const profile::GpuHolder& h, uint32_t line) {
+    if (h.stack == profile::kNone) return false;
+    for (uint32_t f : p.stacks[h.stack].frames)
+      if (p.frames[f].line == line) return true;
+    return false;
+  };
+  EXPECT_TRUE(holds_line(d.peak_holders[0], line_of("GPU-LINE: malloc-a")));
+  EXPECT_TRUE(holds_line(d.peak_holders[1], line_of("GPU-LINE: malloc-b")));
+  ASSERT_FALSE(d.memory.empty());
+  EXPECT_EQ(d.memory.back().value, 0) << "everything was freed";
+  // Utilization: busy kernel time is within the run and at most 100% per bucket; its sum over
+  // buckets equals the kernel time (one stream: no overlap).
+  // The last bucket is measured against its own width: up to the later of the process's end and
+  // the last GPU work's end.
+  int64_t busy_ns = 0, last_end = p.processes[g.process].end_ns;
+  for (const auto& o : g.ops) last_end = std::max(last_end, o.end_ns);
+  for (size_t i = 0; i < d.utilization.size(); ++i) {
+    const auto& pt = d.utilization[i];
+    EXPECT_GE(pt.value, 0);
+    EXPECT_LE(pt.value, 1000);
+    const int64_t width = i + 1 < d.utilization.size() ? d.bucket_ns : last_end - pt.t_ns;
+    busy_ns += pt.value * width / 1000;
+  }
+  expect_near_pct(busy_ns, int64_t{kIters} * 550000, 2, "utilization sums the kernel time");
+  // Operations: on the two streams, each with its launch time before its start.
+  ASSERT_FALSE(g.ops.empty());
+  int streams7 = 0, streams13 = 0;
+  for (const auto& o : g.ops) {
+    streams7 += o.stream == 7;
+    streams13 += o.stream == 13;
+    EXPECT_NE(o.thread, profile::kNone);
+    EXPECT_LE(o.launch_ns, o.start_ns);
+  }
+  EXPECT_EQ(streams7, kIters * 4);
+  EXPECT_EQ(streams13, kIters * 2);
+  // The GPU ran inside the process's life (clock conversion).
+  const auto& proc = p.processes[g.process];
+  EXPECT_GE(g.ops.front().start_ns, proc.start_ns);
+  EXPECT_LE(g.ops.front().start_ns, proc.end_ns);
+}
+
+TEST(Gpu, TimePerLineKernelsCopiesAndMemory) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti()});
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.result.exit_code, 0) << r.result.err;
+  ASSERT_NE(r.result.out.find("attached=1"), std::string::npos) << r.result.out << r.result.err;
+  check_attribution(r);
+  EXPECT_EQ(r.profile.gpu[0].clock, "monotonic");
+}
+
+TEST(Gpu, CalibratedClockWhenCuptiKeepsItsOwn) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti(), "STUB_CUPTI_MODE=no-timestamp-callback"});
+  ASSERT_TRUE(r.ok);
+  ASSERT_NE(r.result.out.find("attached=1"), std::string::npos) << r.result.err;
+  check_attribution(r);
+  EXPECT_EQ(r.profile.gpu[0].clock, "offset");
+}
+
+TEST(Gpu, BuffersCompletedOnCuptisThread) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti(), "STUB_CUPTI_MODE=small-buffers"});
+  ASSERT_TRUE(r.ok);
+  check_attribution(r);
+}
+
+// Launch stacks use the CFI unwinder whatever the sampling unwinder is, with memory profiling off
+// too (the writer then builds the CFI tables for the GPU callbacks alone).
+TEST(Gpu, StacksWithLibunwindSamplerAndNoMemory) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti()}, {"--unwinder", "libunwind", "--no-memory"});
+  ASSERT_TRUE(r.ok);
+  ASSERT_NE(r.result.out.find("attached=1"), std::string::npos) << r.result.err;
+  check_attribution(r);
+}
+
+TEST(Gpu, CuptiDirectoryAsOverride) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=" + gpu_dir()});
+  ASSERT_TRUE(r.ok);
+  ASSERT_NE(r.result.out.find("attached=1"), std::string::npos) << r.result.out << r.result.err;
+  ASSERT_EQ(r.profile.gpu.size(), 1u) << messages(r.profile);
+  ASSERT_FALSE(r.profile.gpu[0].kernels.empty());
+  EXPECT_EQ(r.profile.gpu[0].kernels[0].calls, static_cast<uint64_t>(kIters));
+}
+
+TEST(Gpu, ExportsJsonSummaryAndTrace) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti()});
+  ASSERT_TRUE(r.ok);
+  auto js = run({MLPROF_CLI, "export", r.path, "--format", "json"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  auto j = nlohmann::json::parse(js.out);
+  ASSERT_TRUE(j["gpu"].is_array());
+  ASSERT_EQ(j["gpu"].size(), 1u);
+  EXPECT_EQ(j["gpu"][0]["kernels"][0]["name"], "matmul_big(float const*, float const*, float*, int)");
+  EXPECT_EQ(j["gpu"][0]["kernels"][0]["calls"], kIters);
+  EXPECT_EQ(j["gpu"][0]["kernels"][0]["launched_from"]["launch"]["line"], line_of("GPU-LINE: matmul"));
+  EXPECT_EQ(j["gpu"][0]["devices"][0]["peak_memory_bytes"], int64_t{96} << 20);
+  bool gpu_metric = false;
+  for (auto& m : j["metrics"]) gpu_metric = gpu_metric || m["name"] == "gpu";
+  EXPECT_TRUE(gpu_metric);
+  auto sum = run({MLPROF_CLI, "report", r.path});
+  ASSERT_EQ(sum.exit_code, 0) << sum.err;
+  EXPECT_NE(sum.out.find("GPU:"), std::string::npos) << sum.out;
+  EXPECT_NE(sum.out.find("matmul_big(float const*"), std::string::npos) << sum.out;
+  EXPECT_NE(sum.out.find("gpu_app.cpp:" + std::to_string(line_of("GPU-LINE: matmul"))), std::string::npos) << sum.out;
+  auto tr = run({MLPROF_CLI, "export", r.path, "--format", "chrome-trace"});
+  ASSERT_EQ(tr.exit_code, 0) << tr.err;
+  {
+    auto t = nlohmann::json::parse(tr.out);
+    int gpu_slices = 0, flows = 0;
+    std::set<std::string> tracks;
+    for (auto& e : t["traceEvents"]) {
+      if (e.value("cat", "") == "gpu" && e.value("ph", "") == "X") ++gpu_slices;
+      if (e.value("ph", "") == "s" || e.value("ph", "") == "f") ++flows;
+      if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name" &&
+          e["args"].value("name", "").rfind("CUDA stream", 0) == 0)
+        tracks.insert(e["args"].value("name", ""));
+    }
+    EXPECT_EQ(gpu_slices, kIters * 6);
+    EXPECT_EQ(tracks.size(), 2u) << "one track per CUDA stream";
+    EXPECT_EQ(flows, 2 * kIters * 6) << "a flow from each launch to its GPU work";
+  }
+}
+
+// The same from Python: ctypes calls from two Python lines; the launch stacks' Python frames put
+// the GPU time on those lines.
+TEST(Gpu, PythonLinesGetTheirGpuTime) {
+  REQUIRE_GPU_FIXTURES();
+  const Interpreter* py = nullptr;
+  for (auto& p : interpreters())
+    if (mlprof_supports(p) && (!py || p.minor > py->minor)) py = &p;
+  if (!py) GTEST_SKIP() << "no supported Python interpreter found";
+  const std::string script = fixture_source("gpu/gpu_lines.py");
+  constexpr int n = 200;
+  auto r = profile_run({py->path, script, fake_cuda(), std::to_string(n)}, {}, {"MLPROF_CUPTI_PATH=" + stub_cupti()});
+  ASSERT_TRUE(r.ok);
+  ASSERT_NE(r.result.out.find("attached=1"), std::string::npos) << r.result.out << r.result.err;
+  const auto& p = r.profile;
+  ASSERT_EQ(p.gpu.size(), 1u) << messages(p);
+  auto py_line_total = [&](const std::string& metric, uint32_t line) {
+    const uint32_t m = p.metric(metric);
+    int64_t v = 0;
+    for (auto& l : p.lines) {
+      const std::string& f = p.str(l.file);
+      if (m != profile::kNone && l.line == line && f.size() >= 12 && f.compare(f.size() - 12, 12, "gpu_lines.py") == 0)
+        v += l.total.at(m);
+    }
+    return v;
+  };
+  const uint32_t matmul = marker_line(script, "PY-GPU: matmul"), copy = marker_line(script, "PY-GPU: copy");
+  expect_near_pct(py_line_total("gpu", matmul), n * 300, 1, "matmul line (" + py->path + ")");
+  expect_near_pct(py_line_total("gpu-memcpy-htod", copy), n * 40, 1, "copy line");
+  EXPECT_EQ(py_line_total("gpu-copy-bytes", copy), int64_t{n} << 20);
+  EXPECT_EQ(py_line_total("gpu-kernel", copy), 0);
+}
+
+// mlprof-run --duration stops a program that would run for minutes: the flush before SIGTERM
+// must bring CUPTI's buffered activity with it (the stub only hands buffers back when flushed).
+TEST(Gpu, DurationStopFlushesActivity) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = profile_run({fixture("fixture_gpu_app"), fake_cuda(), "100000", "--wait", "--sleep-us", "2000"},
+                       {"--duration", "1"}, {"MLPROF_CUPTI_PATH=" + stub_cupti()});
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.profile.gpu.size(), 1u) << messages(r.profile) << r.result.err;
+  const auto& g = r.profile.gpu[0];
+  ASSERT_FALSE(g.kernels.empty());
+  const uint64_t iterations = g.kernels[0].calls;
+  EXPECT_GT(iterations, 50u) << "about 1 s of 2 ms iterations";
+  EXPECT_LT(iterations, 1000u);
+  // Every flushed kernel joined its launch, and the matmul line holds exactly its kernels' time.
+  EXPECT_EQ(g.totals.count("unjoined"), 0u);
+  EXPECT_EQ(line_total(r.profile, "gpu-kernel", line_of("GPU-LINE: matmul")),
+            static_cast<int64_t>(g.kernels[0].total_ns / 1000));
+}
+
+// libcuda linked into the program (loaded before the preload's constructor): the writer's first
+// module scan attaches CUPTI.
+TEST(Gpu, LibcudaLinkedAtStart) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = profile_run({fixture("fixture_gpu_app_linked"), fake_cuda(), std::to_string(kIters), "--wait"}, {},
+                       {"MLPROF_CUPTI_PATH=" + stub_cupti()});
+  ASSERT_TRUE(r.ok);
+  ASSERT_NE(r.result.out.find("attached=1"), std::string::npos) << r.result.out << r.result.err;
+  ASSERT_EQ(r.profile.gpu.size(), 1u) << messages(r.profile);
+  const auto& g = r.profile.gpu[0];
+  ASSERT_FALSE(g.kernels.empty());
+  EXPECT_EQ(g.kernels[0].calls, static_cast<uint64_t>(kIters));
+  expect_near_pct(line_total(r.profile, "gpu", line_of("GPU-LINE: matmul")), kIters * 400, 1, "matmul line");
+}
+
+// ---- degradation ------------------------------------------------------------------------------
+
+TEST(Gpu, NoCuptiLibrarySaysWhereItLooked) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=/nonexistent/libcupti.so"}, {}, false);
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.result.exit_code, 0);
+  EXPECT_TRUE(has_message(r.profile, "MLPROF_CUPTI_PATH=/nonexistent/libcupti.so: no usable libcupti"))
+      << messages(r.profile);
+  EXPECT_TRUE(r.profile.gpu.empty());
+  EXPECT_EQ(r.profile.metric("gpu"), profile::kNone);
+  EXPECT_NE(r.profile.metric("cpu"), profile::kNone);
+}
+
+TEST(Gpu, CuptiTakenByAnotherTool) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti(), "STUB_CUPTI_MODE=multiple"}, {}, false);
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.result.exit_code, 0);
+  EXPECT_TRUE(has_message(r.profile, "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED")) << messages(r.profile);
+  EXPECT_TRUE(r.profile.gpu.empty());
+}
+
+TEST(Gpu, InsufficientPrivileges) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti(), "STUB_CUPTI_MODE=privileges"}, {}, false);
+  ASSERT_TRUE(r.ok);
+  EXPECT_TRUE(has_message(r.profile, "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES")) << messages(r.profile);
+  EXPECT_TRUE(r.profile.gpu.empty());
+}
+
+TEST(Gpu, NoGpuFlagLoadsNothing) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti()}, {"--no-gpu"}, false);
+  ASSERT_TRUE(r.ok);
+  EXPECT_NE(r.result.out.find("attached=0"), std::string::npos) << "CUPTI never attached: " << r.result.out;
+  EXPECT_TRUE(r.profile.gpu.empty());
+  EXPECT_EQ(r.profile.metric("gpu"), profile::kNone);
+  EXPECT_EQ(messages(r.profile).find("CUPTI"), std::string::npos) << messages(r.profile);
+}
+
+TEST(Gpu, BadGpuVariableIsReported) {
+  REQUIRE_GPU_FIXTURES();
+  auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti(), "MLPROF_GPU=maybe"}, {}, true);
+  ASSERT_TRUE(r.ok);
+  EXPECT_TRUE(has_message(r.profile, "MLPROF_GPU=maybe is not 0")) << messages(r.profile);
+  EXPECT_EQ(r.profile.gpu.size(), 1u) << "GPU profiling stays on";
+}
+
+TEST(Gpu, WithoutLibcudaNothingHappens) {
+  REQUIRE_GPU_FIXTURES();
+  // A CPU fixture with the stub named: libcuda never loads, so CUPTI is never looked for.
+  auto r = profile_run({fixture("fixture_cpu_ratio")}, {}, {"MLPROF_CUPTI_PATH=/nonexistent/libcupti.so"});
+  ASSERT_TRUE(r.ok);
+  EXPECT_TRUE(r.profile.gpu.empty());
+  EXPECT_EQ(messages(r.profile).find("CUPTI"), std::string::npos) << messages(r.profile);
+  EXPECT_EQ(r.profile.metric("gpu"), profile::kNone);
+}
+
+}  // namespace
