@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <unordered_map>
 
+#include "collector/gpu_profile.h"
 #include "collector/leaks.h"
 #include "collector/python_frames.h"
 #include "collector/symbolizer.h"
@@ -50,6 +52,10 @@ const char* counter_name(wire::Counter c) {
     case wire::Counter::kMemDropped: return "mem_dropped";
     case wire::Counter::kCopySamples: return "copy_samples";
     case wire::Counter::kMemTableFull: return "mem_table_full";
+    case wire::Counter::kGpuLaunches: return "gpu_launches";
+    case wire::Counter::kGpuActivities: return "gpu_activities";
+    case wire::Counter::kGpuDropped: return "gpu_dropped";
+    case wire::Counter::kGpuCuptiDropped: return "gpu_cupti_dropped";
     default: break;
   }
   return nullptr;
@@ -115,10 +121,12 @@ struct StackKeyHash {
 
 class Builder {
  public:
-  Builder(Profile& p, const BuildOptions& opts, bool wall, bool memory)
-      : p_(p), strings_(p.strings), sym_(opts.extra_debug_dirs), wall_(wall), memory_(memory),
+  Builder(Profile& p, const BuildOptions& opts, bool wall, bool memory, bool gpu)
+      : p_(p), strings_(p.strings), sym_(opts.extra_debug_dirs), wall_(wall), memory_(memory), gpu_(gpu),
         time_metrics_(wall ? kWallMetricCount : kCpuMetricCount),
-        metric_count_(time_metrics_ + (memory ? uint32_t{kMemMetricCount} : 0u)) {}
+        metric_count_(time_metrics_ + (memory ? uint32_t{kMemMetricCount} : 0u) + (gpu ? uint32_t{kGpuMetricCount} : 0u)) {
+    if (opts.memory_window) window_sites_ = std::make_unique<std::map<uint32_t, profile::ServingSite>>();
+  }
 
   void add_process(ProcessStream& s) {
     profile::Process proc;
@@ -201,6 +209,7 @@ class Builder {
     for (auto& [key, v] : ns)
       for (uint32_t m = 0; m < time_metrics_; ++m) v[m] /= 1000;  // ns -> us
     if (memory_ && s.memory.active()) add_memory(s, proc_index, thread_map, stack_map, ns);
+    if (s.gpu.active()) add_gpu(s, proc_index, thread_map, stack_map, ns);
     for (auto& [key, v] : ns) p_.stack_values.push_back({key.first, key.second, std::move(v)});
     auto& proc_ref = p_.processes[proc_index];
     if (s.python.present) {
@@ -217,9 +226,19 @@ class Builder {
   }
 
   void finish() {
+    if (window_sites_) {  // most retained first, then most allocated; bounded
+      auto& out = p_.serving.sites;
+      for (auto& [stack, w] : *window_sites_) out.push_back(w);
+      std::sort(out.begin(), out.end(), [](const profile::ServingSite& a, const profile::ServingSite& b) {
+        return a.retained_bytes != b.retained_bytes ? a.retained_bytes > b.retained_bytes : a.alloc_bytes > b.alloc_bytes;
+      });
+      constexpr size_t kMaxWindowSites = 2000;
+      if (out.size() > kMaxWindowSites) out.resize(kMaxWindowSites);
+    }
     std::stable_sort(p_.leaks.begin(), p_.leaks.end(),
                      [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
     for (auto& w : sym_.warnings()) p_.warnings.push_back(w);
+    for (auto& [path, id] : build_ids_) p_.modules.push_back({path, id});
     if (!python_seen_.empty()) p_.run.extra["python"] = python_seen_;
     if (python_samples_ > 0 && merge_failed_ * 100 > python_samples_)
       p_.warnings.push_back(fmt::format(
@@ -230,6 +249,32 @@ class Builder {
   }
 
  private:
+  // GPU metrics per (thread, stack) and the process's GPU section (collector/gpu_profile.h).
+  void add_gpu(ProcessStream& s, uint32_t proc_index, const std::vector<uint32_t>& thread_map,
+               const std::unordered_map<uint64_t, SymbolizedStack>& stack_map,
+               std::map<std::pair<uint32_t, uint32_t>, std::vector<int64_t>>& ns) {
+    s.gpu.finish();
+    GpuBuildContext ctx;
+    ctx.process = proc_index;
+    ctx.start_ns = p_.processes[proc_index].start_ns;
+    ctx.end_ns = p_.processes[proc_index].end_ns;
+    ctx.thread_map = &thread_map;
+    ctx.stack_of = [&stack_map](uint64_t id) {
+      auto it = stack_map.find(id);
+      return it == stack_map.end() ? profile::kNone : it->second.stack;
+    };
+    ctx.intern = [this](const std::string& str) { return strings_.intern(str); };
+    ctx.values = &ns;
+    ctx.metrics = gpu_;
+    ctx.first = time_metrics_ + (memory_ ? uint32_t{kMemMetricCount} : 0u);
+    ctx.metric_count = metric_count_;
+    profile::ProcessGpu pg = build_gpu(s.gpu, ctx);
+    auto& counters = p_.processes[proc_index].counters;
+    for (const char* c : {"gpu_dropped", "gpu_cupti_dropped"})
+      if (auto it = counters.find(c); it != counters.end()) pg.totals[c + 4] = static_cast<int64_t>(it->second);
+    p_.gpu.push_back(std::move(pg));
+  }
+
   // Memory metrics per (thread, stack), the process's memory summary and its leak candidates.
   void add_memory(const ProcessStream& s, uint32_t proc_index, const std::vector<uint32_t>& thread_map,
                   const std::unordered_map<uint64_t, SymbolizedStack>& stack_map,
@@ -246,6 +291,13 @@ class Builder {
       m[kLivePeakBytes] += mem.peak_bytes(site);
       m[kLiveEndBytes] += site.live_bytes;
       m[kCopyBytes] += site.copy_bytes;
+      if (window_sites_ && (site.win_alloc_bytes || site.win_free_bytes)) {
+        auto& w = (*window_sites_)[it->second.stack];
+        w.stack = it->second.stack;
+        w.alloc_bytes += site.win_alloc_bytes;
+        w.alloc_count += std::llround(site.win_alloc_count);
+        w.retained_bytes += site.win_alloc_bytes - site.win_free_bytes;
+      }
     }
 
     profile::ProcessMemory pm;
@@ -357,6 +409,7 @@ class Builder {
     const SymResult& r = sym_.symbolize(h, pc, is_return);
     uint32_t module = strings_.intern(s.modules[mi].path);
     *module_out = module;
+    if (std::string& id = build_ids_[module]; id.empty()) id = build_id_hex(s.modules[mi].build_id);
     for (const SymFrame& sf : r.frames) {
       Frame f;
       f.function = strings_.intern(sf.function);
@@ -466,12 +519,14 @@ class Builder {
 
   Profile& p_;
   profile::StringTable strings_;
+  std::unique_ptr<std::map<uint32_t, profile::ServingSite>> window_sites_;  // BuildOptions::memory_window
+  std::map<uint32_t, std::string> build_ids_;  // module string -> hex build id (Profile::modules)
   Symbolizer sym_;
   std::unordered_map<Frame, uint32_t, FrameKeyHash> frames_;
   std::unordered_map<std::vector<uint32_t>, uint32_t, StackKeyHash> stacks_;
   std::string python_seen_;
   uint64_t merge_failed_ = 0, python_samples_ = 0;
-  bool wall_ = false, memory_ = false;
+  bool wall_ = false, memory_ = false, gpu_ = false;
   uint32_t time_metrics_ = kCpuMetricCount, metric_count_ = kCpuMetricCount;
 };
 
@@ -516,6 +571,11 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
   for (auto& s : streams) memory = memory || s.memory.active();
   if (memory)
     for (auto& [name, unit] : kMemMetricNames) p.metrics.push_back({name, unit});
+  // GPU metrics when any process had GPU activity (docs/gpu.md).
+  bool gpu = false;
+  for (auto& s : streams) gpu = gpu || !s.gpu.sites().empty() || !s.gpu.kernels().empty() || s.gpu.totals().count("activities");
+  if (gpu)
+    for (auto& [name, unit] : kGpuMetricNames) p.metrics.push_back({name, unit});
   // The clock that sampled: the main threads' (every process tells in its start record).
   bool any_perf = false, any_timer = false;
   for (auto& s : streams) (s.timer_kind == static_cast<uint8_t>(wire::TimerKind::kPerfTaskClock) ? any_perf : any_timer) = true;
@@ -525,7 +585,7 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
   std::sort(streams.begin(), streams.end(),
             [](const ProcessStream& a, const ProcessStream& b) { return a.start_mono_ns < b.start_mono_ns; });
   {
-    Builder b(p, opts, wall, memory);
+    Builder b(p, opts, wall, memory, gpu);
     for (auto& s : streams) b.add_process(s);
     b.finish();
   }

@@ -11,6 +11,9 @@ namespace mlprof::collector {
 
 struct BuildOptions {
   std::vector<std::string> extra_debug_dirs;
+  // Sum the trackers' window figures (MemoryTracker::set_window) per profile stack into
+  // Profile::serving.sites (mlprof-run --requests); serving.present is left to the caller.
+  bool memory_window = false;
 };
 
 // `run` carries what the caller knows about the run (command, times, rate, exit status...).

@@ -67,7 +67,9 @@ bool is_pseudo_path(const std::string& path) {
          path.starts_with("linux-gate.so") || path.starts_with("//anon");
 }
 
-std::string hex(const std::string& bytes) {
+}  // namespace
+
+std::string build_id_hex(const std::string& bytes) {
   static const char* digits = "0123456789abcdef";
   std::string out;
   for (unsigned char c : bytes) {
@@ -76,8 +78,6 @@ std::string hex(const std::string& bytes) {
   }
   return out;
 }
-
-}  // namespace
 
 // One entry of a module's function symbol index.
 struct Symbol {
@@ -298,8 +298,8 @@ void Symbolizer::Impl::open(FileState& f) {
   int id_len = dwfl_module_build_id(mod, &id, &id_vaddr);
   std::string file_id = id_len > 0 ? std::string(reinterpret_cast<const char*>(id), id_len) : "";
   if (!f.build_id.empty() && file_id != f.build_id) {
-    warn(f.path + " changed on disk since it was profiled (build id differs: " + hex(f.build_id) +
-         " in the process, " + (file_id.empty() ? "none" : hex(file_id)) +
+    warn(f.path + " changed on disk since it was profiled (build id differs: " + build_id_hex(f.build_id) +
+         " in the process, " + (file_id.empty() ? "none" : build_id_hex(file_id)) +
          " on disk): its frames are shown as module+offset");
     return;
   }

@@ -20,6 +20,9 @@ struct ModuleInfo {
   std::string build_id;      // raw bytes of NT_GNU_BUILD_ID from the process's memory; may be empty
 };
 
+// Raw build-id bytes as lowercase hex ("" for none).
+std::string build_id_hex(const std::string& bytes);
+
 struct SymFrame {
   std::string function;  // demangled name; empty if unknown
   std::string file;      // absolute source path when known; empty if unknown

@@ -306,6 +306,23 @@ void tracked_free(void* p) {
   errno = saved;
 }
 
+uint64_t tracked_take(void* p) {
+  Guard guard;
+  return g_mem.table.remove(reinterpret_cast<uint64_t>(p));  // takes no errno-setting call
+}
+
+void tracked_settle(void* p, uint64_t id, bool released) {
+  Guard guard;
+  const int saved = errno;
+  uint64_t replaced = 0;
+  // Back into the table when the release failed; if that cannot be done (table full), the block
+  // is reported freed after all: an undercount is better than a leak that never happened.
+  if (released || !g_mem.table.insert(reinterpret_cast<uint64_t>(p), id, &replaced)) {
+    if (g_mem.recording.load(std::memory_order_relaxed)) emit_free(id);
+  }
+  errno = saved;
+}
+
 void sampled_copy(uint64_t size, uint64_t caller) {
   Guard guard;
   const int saved = errno;

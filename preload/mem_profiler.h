@@ -79,6 +79,8 @@ void fork_child();
 // address: the leaf of the recorded stack.
 void sampled_alloc(void* p, uint64_t size, wire::AllocKind kind, uint64_t caller);
 void tracked_free(void* p);
+uint64_t tracked_take(void* p);
+void tracked_settle(void* p, uint64_t id, bool released);
 void sampled_copy(uint64_t size, uint64_t caller);
 
 // ---- the hooks' fast paths --------------------------------------------------------------------
@@ -91,6 +93,17 @@ inline void after_alloc(void* p, uint64_t size, wire::AllocKind kind, uint64_t c
 // Before p is released (free, realloc, munmap, mremap, Python free).
 inline void before_free(void* p) {
   if (g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(p)) && t_mem.guard == 0) tracked_free(p);
+}
+// Releases that can fail (realloc, munmap, mremap): the sampled block (if p is one) leaves the
+// table before the real call, as for free, but its FREE is sent only once the call succeeded;
+// when it failed the block is still the program's and goes back into the table.
+//   uint64_t id = take_before_release(p);  ...real call...  settle_release(p, id, ok);
+inline uint64_t take_before_release(void* p) {
+  if (g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(p)) && t_mem.guard == 0) return tracked_take(p);
+  return 0;
+}
+inline void settle_release(void* p, uint64_t id, bool released) {
+  if (id) tracked_settle(p, id, released);
 }
 // Before a memcpy/memmove of n bytes.
 inline void before_copy(uint64_t n, uint64_t caller) {

@@ -11,7 +11,7 @@
 // struct while it is being replaced (a torn read: new function and old ctx, or the reverse) still
 // ends up in the original allocator with its own ctx. The guard is held around the original
 // call, so its nested malloc/mmap (large objects, new arenas) is not counted a second time.
-// Writer thread only (try_hook); the wrappers run on Python threads, not in signal context.
+// Writer thread only (try_hook, check_hook); the wrappers run on Python threads, not in signal context.
 #pragma once
 
 namespace mlprof::preload::mem {
@@ -20,5 +20,13 @@ namespace mlprof::preload::mem {
 // start-up may still replace the allocators. true once they are wrapped (and from then on).
 // Needs a supported interpreter (python::detect()) and memory profiling on.
 bool python_try_hook();
+
+// Once hooked, each writer cycle: has someone replaced the wrappers? tracemalloc.stop() restores
+// the allocator tracemalloc saved when it started, which drops mlprof's wrappers when tracemalloc
+// had started first (PYTHONTRACEMALLOC, or tracemalloc.start() before mlprof hooked). A
+// replacement that stays for two cycles is wrapped again, with a fresh generation of wrappers
+// (at most 8 in a process's life; then kLost, once).
+enum class HookCheck { kHooked, kRewrapped, kLost };
+HookCheck python_check_hook();
 
 }  // namespace mlprof::preload::mem

@@ -259,8 +259,10 @@ MLPROF_EXPORT void* realloc(void* p, size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
-  if (p) mem::before_free(p);
+  const uint64_t taken = p ? mem::take_before_release(p) : 0;
   MLPROF_FORWARD(real(p, size));
+  // realloc(p, 0) frees p (glibc returns NULL); otherwise NULL means failure and p stays.
+  mem::settle_release(p, taken, result_ != nullptr || size == 0);
   if (size) mem::after_alloc(result_, size, AllocKind::kMalloc, caller);
   return result_;
 }
@@ -340,8 +342,11 @@ MLPROF_EXPORT int munmap(void* addr, size_t len) {
   // A preloaded allocator's own unmaps are never of sampled mappings (its mmaps are not sampled),
   // and it may call here holding its locks: no table lookup for them (a stripe lock held across
   // fork by fork_prepare must never wait behind an allocator lock).
-  if (!from_allocator(MLPROF_CALLER)) mem::before_free(addr);
-  return real(addr, len);
+  if (from_allocator(MLPROF_CALLER)) return real(addr, len);
+  const uint64_t taken = mem::take_before_release(addr);
+  const int rc = real(addr, len);
+  mem::settle_release(addr, taken, rc == 0);  // keeps errno
+  return rc;
 }
 
 // Like realloc: the old mapping's sample (if any) is released, the result is a new mapping of
@@ -359,9 +364,11 @@ MLPROF_EXPORT void* mremap(void* old, size_t old_size, size_t new_size, int flag
     long r = syscall(SYS_mremap, old, old_size, new_size, flags, new_addr);
     return r == -1 ? MAP_FAILED : reinterpret_cast<void*>(r);
   }
-  mem::before_free(old);
-  if ((flags & MREMAP_FIXED) && new_addr) mem::before_free(new_addr);
+  const uint64_t taken_old = mem::take_before_release(old);
+  const uint64_t taken_new = (flags & MREMAP_FIXED) && new_addr ? mem::take_before_release(new_addr) : 0;
   MLPROF_FORWARD(real(old, old_size, new_size, flags, new_addr));
+  mem::settle_release(old, taken_old, result_ != MAP_FAILED);
+  mem::settle_release(new_addr, taken_new, result_ != MAP_FAILED);
   if (result_ != MAP_FAILED && !from_allocator(MLPROF_CALLER))
     mem::after_alloc(result_, new_size, AllocKind::kMmap, MLPROF_CALLER);
   return result_;

@@ -78,7 +78,17 @@ std::atomic<bool> g_ready{false};
 // interpreter lives inside _PyRuntime, so its address is stable too). Set once, by any thread.
 std::atomic<uint64_t> g_main_interp{0}, g_main_gil{0};
 
-Interpreter g_interp;
+// Never destroyed: the preload's exit handler (its last writer cycle, which may call detect() when
+// a library was loaded since the previous cycle) runs after the loader has run the preload's
+// static destructors (the handler was registered by the preload's constructor, before libc
+// registered the loader's fini). Constant-initialized, so usable before any dynamic initializer.
+union InterpreterBox {
+  Interpreter v;
+  constexpr InterpreterBox() : v() {}
+  ~InterpreterBox() {}
+};
+constinit InterpreterBox g_interp_box;
+Interpreter& g_interp = g_interp_box.v;
 pthread_mutex_t g_detect_lock = PTHREAD_MUTEX_INITIALIZER;
 
 constexpr int kMaxSpans = 6;

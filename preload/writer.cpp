@@ -12,6 +12,7 @@
 
 #include "preload/config.h"
 #include "preload/mem_events.h"
+#include "preload/gpu.h"
 #include "preload/mem_profiler.h"
 #include "preload/mem_python.h"
 #include "preload/sampler.h"
@@ -127,6 +128,22 @@ void Writer::loop() {
   }
   pthread_mutex_unlock(&mu_);
   while (!stop_.load(std::memory_order_acquire)) {
+    // GPU: CUPTI is attached here, with no lock of the writer held (its start-up loads libcupti and
+    // talks to the driver). Between loading libcupti and subscribing, the modules are rescanned,
+    // so that launch stacks unwind through libcupti's frames from the first callback.
+    // (Not before the constructor switched recording on: the attempt waits for it.)
+    if (gpu_attach_due_ && gpu::g_gpu.recording.load(std::memory_order_acquire)) {
+      gpu_attach_due_ = false;
+      if (gpu::prepare_attach()) {
+        pthread_mutex_lock(&mu_);
+        if (!ended_) {
+          send_modules(true);
+          flush_out();
+        }
+        pthread_mutex_unlock(&mu_);
+        gpu::finish_attach();
+      }
+    }
     int timeout = cycle_timeout_ms();
     // A long wall period (low MLPROF_RATE) must not space MEM_USAGE records more than 100 ms
     // apart: the cycle is woken early (a wall tick that is not due does nothing).
@@ -137,6 +154,9 @@ void Writer::loop() {
       pthread_mutex_unlock(&mu_);
       break;
     }
+    // The collector's flush and detach commands: CUPTI's buffered activity goes out with them.
+    if (cmd == static_cast<int>(wire::Command::kFlush) || cmd == static_cast<int>(wire::Command::kDetach))
+      gpu::flush(true);
     cycle(false);
     if (cmd == static_cast<int>(wire::Command::kFlush)) {
       send_counters();
@@ -147,6 +167,7 @@ void Writer::loop() {
     } else if (cmd == static_cast<int>(wire::Command::kDetach)) {
       g_sampler.sampling.store(false, std::memory_order_release);
       mem::set_recording(false);
+      gpu::set_recording(false);
       threads_.stop_all_timers();
       cycle(true);
       end_stream(wire::EndReason::kDetached, -1);
@@ -174,6 +195,8 @@ void Writer::finish(wire::EndReason reason, int status) {
   bool was_running = running_.exchange(false, std::memory_order_acq_rel);
   stop_.store(true, std::memory_order_release);
   if (was_running && !pthread_equal(pthread_self(), thread_)) pthread_join(thread_, nullptr);
+  gpu::flush(true);  // CUPTI's buffered activity records, before the last drain
+  gpu::set_recording(false);
   pthread_mutex_lock(&mu_);
   if (!ended_) {
     cycle(true);
@@ -241,7 +264,11 @@ void Writer::send_modules(bool force) {
   if (!added.empty() || !removed.empty()) {
     // Wall mode unwinds blocked threads, and the memory hooks their own thread, with the CFI
     // tables whatever the handler's unwinder is.
-    if (cfg_.unwinder == UnwinderKind::kCfi || wall_mode() || mem::enabled()) cfi_refresh_modules();
+    // GPU launch callbacks too, once CUPTI is being attached.
+    const gpu::Phase gp = gpu::g_gpu.phase.load(std::memory_order_acquire);
+    if (cfg_.unwinder == UnwinderKind::kCfi || wall_mode() || mem::enabled() || gp == gpu::Phase::kAttaching ||
+        gp == gpu::Phase::kOn)
+      cfi_refresh_modules();
   }
   // Another library may now occupy the addresses of an unloaded one: the same pcs would then mean
   // other code, so stack ids start afresh.
@@ -250,6 +277,10 @@ void Writer::send_modules(bool force) {
     ++stack_gen_;
   }
   if (!added.empty()) check_python();
+  // libcuda may have come in: the loop attaches CUPTI after this cycle, outside the writer's lock
+  // (gpu::prepare_attach checks for libcuda itself).
+  if (!added.empty() && gpu::g_gpu.phase.load(std::memory_order_relaxed) == gpu::Phase::kWaiting)
+    gpu_attach_due_ = true;
   int64_t now = mono_ns();
   for (uint32_t id : removed) {
     enc_.begin(wire::Record::kModuleUnload);
@@ -453,6 +484,7 @@ void Writer::cycle(bool final) {
     }
   }
   check_memory(now, final);
+  drain_gpu(now);
   if (slow) {
     last_slow_check_ns_ = now;
     if (!final) send_counters();
@@ -512,11 +544,16 @@ void Writer::send_counters() {
       {wire::Counter::kMemDropped, mem::g_mem.dropped.load(std::memory_order_relaxed)},
       {wire::Counter::kCopySamples, copy_samples_},
       {wire::Counter::kMemTableFull, mem::g_mem.table_full.load(std::memory_order_relaxed)},
+      {wire::Counter::kGpuLaunches, gpu_launches_},  // these four: GPU profiling attached only
+      {wire::Counter::kGpuActivities, gpu_activities_},
+      {wire::Counter::kGpuDropped, gpu::g_gpu.dropped.load(std::memory_order_relaxed)},
+      {wire::Counter::kGpuCuptiDropped, gpu::g_gpu.cupti_dropped.load(std::memory_order_relaxed)},
   };
-  const bool wall = wall_mode(), memory = mem::enabled();
+  const bool wall = wall_mode(), memory = mem::enabled(), gpu_on = gpu::attached();
   auto sent = [&](wire::Counter c) {
     if (c == wire::Counter::kWaitSamples || c == wire::Counter::kWallUnwinds) return wall;
     if (c >= wire::Counter::kMemSamples && c <= wire::Counter::kMemTableFull) return memory;
+    if (c >= wire::Counter::kGpuLaunches && c <= wire::Counter::kGpuCuptiDropped) return gpu_on;
     return true;
   };
   size_t n = 0;
@@ -558,6 +595,8 @@ void Writer::reset_stream_state() {
   freed_code_id_ = 0;
   python_announced_ = false;
   mem_python_sent_ = false;
+  gpu_names_.clear();
+  gpu_config_sent_ = false;
   last_mem_ns_ = 0;  // start() sets the new stream's base
   modules_.reset();
   modules_dirty_.store(true);
@@ -633,6 +672,9 @@ void Writer::check_memory(int64_t now, bool final) {
   if (mem::g_fallback.valid()) drain_mem(mem::g_fallback.ring());
   if (!mem_python_sent_ && g_sampler.python.load(std::memory_order_relaxed) && mem::python_try_hook())
     send_mem_config();  // again, now with kMemPythonAllocator
+  else if (mem_python_sent_ && mem::python_check_hook() == mem::HookCheck::kLost)
+    message(1, "the Python allocator was replaced more than 8 times (tracemalloc started and stopped, or "
+               "another tool); Python objects are no longer profiled in this process (malloc blocks still are)");
   if (!final && now - last_usage_ns_ >= kUsageNs) send_mem_usage(now);
 }
 

@@ -63,6 +63,8 @@ class Writer : private WallSink {
   void send_mem_config();
   void send_mem_usage(int64_t now);
   void check_memory(int64_t now, bool final);
+  // GPU profiling (preload/gpu.h): defined in gpu_writer.cpp.
+  void drain_gpu(int64_t now);
   void announce_thread(ThreadSlot* s);
   void flush_out();
   void end_stream(wire::EndReason reason, int status);
@@ -135,6 +137,13 @@ class Writer : private WallSink {
   int statm_fd_ = -1;
   bool mem_python_sent_ = false;  // MEM_CONFIG with kMemPythonAllocator went out on this stream
   uint64_t mem_samples_ = 0, mem_frees_ = 0, copy_samples_ = 0;
+
+  // GPU profiling: kernel names sent on this stream, GPU_CONFIG sent, the periodic flush.
+  std::unordered_map<std::string, uint64_t> gpu_names_;
+  bool gpu_config_sent_ = false;
+  bool gpu_attach_due_ = false;  // modules came in while GPU profiling waits for libcuda (writer thread only)
+  int64_t gpu_last_flush_ns_ = 0;
+  uint64_t gpu_launches_ = 0, gpu_activities_ = 0;
 
   // Counters of threads that ended (their slots are reused).
   uint64_t retired_samples_ = 0, retired_dropped_ = 0, retired_stopped_ = 0, retired_leaf_ = 0, retired_ticks_ = 0;

@@ -81,6 +81,31 @@ Status validate_profile(const Profile& p) {
       return Status{fmt::format("leaks section: candidate {}: confidence {} is above 1000 (per mille)", i,
                                 l.confidence_permille)};
   }
+  for (size_t i = 0; i < p.modules.size(); ++i)
+    MLPROF_CHECK(check("modules", "module", i, "path", p.modules[i].path, ns, "string"));
+  for (size_t i = 0; i < p.serving.lines.size(); ++i) {
+    const ServingLine& l = p.serving.lines[i];
+    MLPROF_CHECK(check("serving", "line", i, "file", l.file, ns, "string"));
+    MLPROF_CHECK(check("serving", "line", i, "function", l.function, ns, "string"));
+  }
+  for (size_t i = 0; i < p.serving.sites.size(); ++i)
+    MLPROF_CHECK(check("serving", "site", i, "stack", p.serving.sites[i].stack, p.stacks.size(), "stack"));
+  for (size_t i = 0; i < p.gpu.size(); ++i) {
+    const ProcessGpu& g = p.gpu[i];
+    MLPROF_CHECK(check("gpu", "row", i, "process", g.process, p.processes.size(), "process"));
+    for (const GpuKernel& k : g.kernels) {
+      MLPROF_CHECK(check("gpu", "kernel of row", i, "name", k.name, ns, "string"));
+      MLPROF_CHECK(check("gpu", "kernel of row", i, "demangled name", k.demangled, ns, "string"));
+      if (k.stack != kNone) MLPROF_CHECK(check("gpu", "kernel of row", i, "stack", k.stack, p.stacks.size(), "stack"));
+    }
+    for (const GpuDevice& d : g.devices)
+      for (const GpuHolder& h : d.peak_holders)
+        if (h.stack != kNone) MLPROF_CHECK(check("gpu", "peak holder of row", i, "stack", h.stack, p.stacks.size(), "stack"));
+    for (const GpuOp& o : g.ops) {
+      MLPROF_CHECK(check("gpu", "operation of row", i, "name", o.name, ns, "string"));
+      if (o.thread != kNone) MLPROF_CHECK(check("gpu", "operation of row", i, "thread", o.thread, p.threads.size(), "thread"));
+    }
+  }
 #undef MLPROF_CHECK
   return Status::Ok();
 }

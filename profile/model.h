@@ -163,6 +163,149 @@ struct LeakCandidate {
   bool operator==(const LeakCandidate&) const = default;
 };
 
+// An ELF module that frames refer to (Frame::module), with its GNU build id when the file had one.
+struct Module {
+  uint32_t path = 0;     // string index, the same as Frame::module
+  std::string build_id;  // lowercase hex of NT_GNU_BUILD_ID; empty when unknown
+  bool operator==(const Module&) const = default;
+};
+
+// The serving workflow (mlprof-run --requests, docs/serving.md): a request dataset replayed
+// against the wrapped service. Times are CLOCK_MONOTONIC ns; every figure is measured by
+// mlprof-run itself (load loop, /proc polling of the service's process tree), independent of the
+// preload, except the per-request tables, which normalize the profile over the steady window.
+struct ServingRequest {
+  int64_t start_ns = 0;    // when the request was handed to the HTTP client
+  int64_t latency_ns = 0;  // until the whole response arrived (or the transfer failed)
+  int32_t status = 0;      // HTTP status; 0 = transport error or timeout
+  bool operator==(const ServingRequest&) const = default;
+};
+
+// One poll of the service's process tree (all processes below mlprof-run).
+struct ServingResourcePoint {
+  int64_t t_ns = 0;
+  int64_t cpu_ns = 0;     // CPU time used by the tree since the first poll (user + system)
+  int64_t rss_bytes = 0;  // RSS summed over the tree's processes
+  uint32_t processes = 0;
+  uint32_t threads = 0;
+  bool operator==(const ServingResourcePoint&) const = default;
+};
+
+// CPU per source line over the steady window (per-request figures divide by window_requests).
+struct ServingLine {
+  uint32_t file = 0, line = 0, function = 0;  // string indexes
+  int64_t self_us = 0, total_us = 0;          // CPU in the window; total counts a stack once per line
+  bool operator==(const ServingLine&) const = default;
+};
+
+// Allocations of one allocation stack over the steady window (estimates, like the memory metrics).
+struct ServingSite {
+  uint32_t stack = 0;         // index into Profile::stacks
+  int64_t alloc_bytes = 0;    // allocated in the window
+  int64_t alloc_count = 0;
+  int64_t retained_bytes = 0; // allocated minus freed in the window: live at its end minus at its start
+  bool operator==(const ServingSite&) const = default;
+};
+
+struct Serving {
+  bool present = false;
+  std::string url, requests_file, content_type;
+  std::string load_mode;            // "closed" (--concurrency) or "open" (--rps)
+  uint32_t concurrency = 0;         // closed loop: requests in flight; open loop: the most in flight
+  int64_t rps_milli = 0;            // open loop: requested arrival rate x 1000
+  uint64_t warmup = 0;              // --warmup: the first K requests, outside the steady window
+  int64_t timeout_ns = 0;           // per request
+  std::string outcome;              // "completed", "not-ready", "service-exited", "interrupted", "time-limit"
+  std::string error;                // what went wrong, as told to the user ("" when completed)
+  int64_t ready_ns = 0;             // the service first answered (0: never)
+  int64_t load_start_ns = 0, load_end_ns = 0;
+  int64_t window_start_ns = 0, window_end_ns = 0;  // steady state: end of warmup .. end of the last request
+  uint64_t window_requests = 0;     // requests in the steady window (the per-request divisor)
+  uint64_t late_starts = 0;         // open loop: requests started > 1 ms after their scheduled time
+  // The cloud profile's fields (docs/serving.md: which requests each one covers).
+  uint64_t total_queries = 0, success_queries = 0;
+  int64_t average_latency_ns = 0;
+  int64_t p50_ns = 0, p90_ns = 0, p95_ns = 0, p99_ns = 0, p999_ns = 0;
+  int64_t measured_qps_milli = 0;
+  int64_t max_utilized_millicores = 0;   // peak over 1 s windows during the load
+  int64_t max_utilized_memory_bytes = 0; // peak RSS of the tree over the run
+  int64_t requested_millicores = 0;
+  int64_t requested_memory_bytes = 0;
+  int64_t available_millicores = 0;      // cgroup quota, else online CPUs
+  std::map<std::string, std::string> thread_env;  // OMP_NUM_THREADS, MKL_NUM_THREADS, ... as set
+  std::vector<std::string> advice;
+  std::vector<ServingRequest> requests;  // in start order
+  std::vector<ServingResourcePoint> resources;
+  std::vector<ServingLine> lines;        // most CPU first, bounded
+  std::vector<ServingSite> sites;        // most bytes first, bounded
+  bool operator==(const Serving&) const = default;
+};
+
+// GPU profiling (docs/gpu.md): what CUPTI's activity records and the launching stacks show.
+// Times are CLOCK_MONOTONIC ns (CUPTI's timestamps converted).
+struct GpuKernel {
+  uint32_t name = 0;        // string index: the name as CUPTI gives it (mangled)
+  uint32_t demangled = 0;   // string index: demangled (the same string when it is not mangled)
+  uint32_t stack = kNone;   // the launching stack with the largest share of this kernel's time
+  uint64_t calls = 0;
+  int64_t total_ns = 0, max_ns = 0;
+  uint32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};  // of the longest call
+  bool operator==(const GpuKernel&) const = default;
+};
+
+struct GpuPoint {
+  int64_t t_ns = 0;
+  int64_t value = 0;
+  bool operator==(const GpuPoint&) const = default;
+};
+
+struct GpuHolder {
+  uint32_t stack = kNone;  // the allocating stack (kNone: the allocation's launch was not seen)
+  int64_t bytes = 0;
+  bool operator==(const GpuHolder&) const = default;
+};
+
+struct GpuDevice {
+  uint32_t device = 0;
+  int64_t bucket_ns = 0;               // width of a utilization bucket
+  std::vector<GpuPoint> utilization;   // bucket start, permille of it with a kernel running (union)
+  std::vector<GpuPoint> memory;        // device memory allocated through CUDA (cudaMalloc level), after changes
+  int64_t peak_bytes = 0, peak_t_ns = 0;
+  std::vector<GpuHolder> peak_holders; // live at the peak, by stack, biggest first
+  bool operator==(const GpuDevice&) const = default;
+};
+
+enum class GpuOpKind : uint8_t { kKernel = 1, kMemcpy = 2, kMemset = 3, kSync = 6 };
+
+// One GPU operation, for traces (the first ones of a run; ProcessGpu::ops_truncated says when more ran).
+struct GpuOp {
+  int64_t start_ns = 0, end_ns = 0;
+  int64_t launch_ns = 0;        // when the launching API call entered (0: not joined)
+  uint32_t thread = kNone;      // the launching thread (index into Profile::threads), kNone if not joined
+  uint32_t device = 0, stream = 0;
+  GpuOpKind kind = GpuOpKind::kKernel;
+  uint8_t copy_kind = 0;        // memcpy: 1 HtoD, 2 DtoH, 3 DtoD, 4 HtoH, 5 PtoP, 0 other
+  uint32_t name = 0;            // kernels: string index (demangled)
+  uint64_t bytes = 0;
+  uint64_t correlation = 0;
+  bool operator==(const GpuOp&) const = default;
+};
+
+struct ProcessGpu {
+  uint32_t process = 0;              // index into Profile::processes
+  uint32_t cupti_version = 0;
+  std::string clock;                 // "monotonic" (CUPTI took our clock) or "offset" (calibrated)
+  // kernel_ns, memcpy_htod_ns, memcpy_dtoh_ns, memcpy_dtod_ns, memcpy_other_ns, memset_ns,
+  // copy_bytes, memset_bytes, sync_ns, overhead_ns, launches, activities, unjoined (activity
+  // records whose launch was not seen), dropped (GPU events lost in the preload), cupti_dropped
+  std::map<std::string, int64_t> totals;
+  std::vector<GpuKernel> kernels;    // by total time, largest first
+  std::vector<GpuDevice> devices;
+  std::vector<GpuOp> ops;            // time order
+  bool ops_truncated = false;
+  bool operator==(const ProcessGpu&) const = default;
+};
+
 struct Profile {
   // Set by the reader to the file's version; the writer always writes the current one.
   uint16_t version_major = 0, version_minor = 0;
@@ -180,6 +323,9 @@ struct Profile {
   std::vector<std::string> warnings;  // run-level warnings (missing debug info, ...)
   std::vector<ProcessMemory> memory;  // one per process that had memory profiling on
   std::vector<LeakCandidate> leaks;   // most important first
+  std::vector<Module> modules;        // build ids of the modules frames refer to (since 1.2)
+  std::vector<ProcessGpu> gpu;        // one per process with GPU activity (since 1.2, section 16)
+  Serving serving;                    // the serving workflow (since 1.2; present = false otherwise)
 
   const std::string& str(uint32_t i) const { return i < strings.size() ? strings[i] : strings[0]; }
   // Index of the metric named `name`, or kNone.

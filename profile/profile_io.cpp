@@ -243,6 +243,113 @@ void put_leaks(const Profile& p, Buf& b) {
   for (const auto& x : l) b.s(x.growth_bytes_per_s);
   for (const auto& x : l) b.u(x.confidence_permille);
 }
+void put_modules(const Profile& p, Buf& b) {
+  b.u(p.modules.size());
+  for (const auto& m : p.modules) b.u(m.path);
+  for (const auto& m : p.modules) b.str(m.build_id);
+}
+
+// Serving (1.2, section 15; written only when present). Scalars, then column-wise tables.
+void put_serving(const Profile& p, Buf& b) {
+  const Serving& v = p.serving;
+  b.str(v.url);
+  b.str(v.requests_file);
+  b.str(v.content_type);
+  b.str(v.load_mode);
+  b.u(v.concurrency);
+  b.s(v.rps_milli);
+  b.u(v.warmup);
+  b.s(v.timeout_ns);
+  b.str(v.outcome);
+  b.str(v.error);
+  for (int64_t x : {v.ready_ns, v.load_start_ns, v.load_end_ns, v.window_start_ns, v.window_end_ns}) b.s(x);
+  b.u(v.window_requests);
+  b.u(v.late_starts);
+  b.u(v.total_queries);
+  b.u(v.success_queries);
+  for (int64_t x : {v.average_latency_ns, v.p50_ns, v.p90_ns, v.p95_ns, v.p99_ns, v.p999_ns, v.measured_qps_milli,
+                    v.max_utilized_millicores, v.max_utilized_memory_bytes, v.requested_millicores,
+                    v.requested_memory_bytes, v.available_millicores})
+    b.s(x);
+  b.u(v.thread_env.size());
+  for (const auto& [k, x] : v.thread_env) b.str(k), b.str(x);
+  b.strs(v.advice);
+  b.u(v.requests.size());
+  int64_t prev = 0;
+  for (const auto& r : v.requests) b.s(r.start_ns - prev), prev = r.start_ns;
+  for (const auto& r : v.requests) b.s(r.latency_ns);
+  for (const auto& r : v.requests) b.s(r.status);
+  b.u(v.resources.size());
+  prev = 0;
+  for (const auto& r : v.resources) b.s(r.t_ns - prev), prev = r.t_ns;
+  for (const auto& r : v.resources) b.s(r.cpu_ns);
+  for (const auto& r : v.resources) b.s(r.rss_bytes);
+  for (const auto& r : v.resources) b.u(r.processes);
+  for (const auto& r : v.resources) b.u(r.threads);
+  b.u(v.lines.size());
+  for (const auto& l : v.lines) b.u(l.file);
+  for (const auto& l : v.lines) b.u(l.line);
+  for (const auto& l : v.lines) b.u(l.function);
+  for (const auto& l : v.lines) b.s(l.self_us);
+  for (const auto& l : v.lines) b.s(l.total_us);
+  b.u(v.sites.size());
+  for (const auto& x : v.sites) b.u(x.stack);
+  for (const auto& x : v.sites) b.s(x.alloc_bytes);
+  for (const auto& x : v.sites) b.s(x.alloc_count);
+  for (const auto& x : v.sites) b.s(x.retained_bytes);
+}
+
+// GPU (1.2, section 16; written only when a process had GPU activity, docs/profile-format.md 6.16).
+// Per process: scalars, totals (key/value), kernels column-wise, devices (each: utilization and
+// memory timelines as time deltas + values, peak, holders), operations column-wise.
+void put_gpu(const Profile& p, Buf& b) {
+  b.u(p.gpu.size());
+  for (const ProcessGpu& g : p.gpu) {
+    b.u(g.process);
+    b.u(g.cupti_version);
+    b.str(g.clock);
+    b.u(g.ops_truncated ? 1 : 0);
+    b.u(g.totals.size());
+    for (const auto& [k, v] : g.totals) b.str(k), b.s(v);
+    b.u(g.kernels.size());
+    for (const auto& k : g.kernels) b.u(k.name);
+    for (const auto& k : g.kernels) b.u(k.demangled);
+    for (const auto& k : g.kernels) b.opt(k.stack);
+    for (const auto& k : g.kernels) b.u(k.calls);
+    for (const auto& k : g.kernels) b.s(k.total_ns);
+    for (const auto& k : g.kernels) b.s(k.max_ns);
+    for (const auto& k : g.kernels)
+      for (int i = 0; i < 3; ++i) b.u(k.grid[i]), b.u(k.block[i]);
+    b.u(g.devices.size());
+    for (const GpuDevice& d : g.devices) {
+      b.u(d.device);
+      b.s(d.bucket_ns);
+      b.s(d.peak_bytes);
+      b.s(d.peak_t_ns);
+      for (const auto* tl : {&d.utilization, &d.memory}) {
+        b.u(tl->size());
+        int64_t prev = 0;
+        for (const auto& pt : *tl) b.s(pt.t_ns - prev), prev = pt.t_ns;
+        for (const auto& pt : *tl) b.s(pt.value);
+      }
+      b.u(d.peak_holders.size());
+      for (const auto& h : d.peak_holders) b.opt(h.stack), b.s(h.bytes);
+    }
+    b.u(g.ops.size());
+    int64_t prev = 0;
+    for (const auto& o : g.ops) b.s(o.start_ns - prev), prev = o.start_ns;
+    for (const auto& o : g.ops) b.s(o.end_ns - o.start_ns);
+    for (const auto& o : g.ops) b.s(o.launch_ns ? o.start_ns - o.launch_ns : INT64_MIN);
+    for (const auto& o : g.ops) b.opt(o.thread);
+    for (const auto& o : g.ops) b.u(o.device);
+    for (const auto& o : g.ops) b.u(o.stream);
+    for (const auto& o : g.ops) b.u(static_cast<uint8_t>(o.kind));
+    for (const auto& o : g.ops) b.u(o.copy_kind);
+    for (const auto& o : g.ops) b.u(o.name);
+    for (const auto& o : g.ops) b.u(o.bytes);
+    for (const auto& o : g.ops) b.u(o.correlation);
+  }
+}
 
 // ------------------------------------------------------------------------------------------------
 // Decoding
@@ -501,6 +608,121 @@ void get_leaks(In& in, Profile& p) {
   }
   l.resize(kept);
 }
+void get_modules(In& in, Profile& p) {
+  auto& m = p.modules;
+  m.resize(in.count("modules"));
+  for (auto& x : m) x.path = in.u32("module path");
+  for (auto& x : m) x.build_id = in.str();
+}
+
+void get_serving(In& in, Profile& p) {
+  Serving& v = p.serving;
+  v.present = true;
+  v.url = in.str();
+  v.requests_file = in.str();
+  v.content_type = in.str();
+  v.load_mode = in.str();
+  v.concurrency = in.u32("concurrency");
+  v.rps_milli = in.s();
+  v.warmup = in.u();
+  v.timeout_ns = in.s();
+  v.outcome = in.str();
+  v.error = in.str();
+  for (int64_t* x : {&v.ready_ns, &v.load_start_ns, &v.load_end_ns, &v.window_start_ns, &v.window_end_ns}) *x = in.s();
+  v.window_requests = in.u();
+  v.late_starts = in.u();
+  v.total_queries = in.u();
+  v.success_queries = in.u();
+  for (int64_t* x : {&v.average_latency_ns, &v.p50_ns, &v.p90_ns, &v.p95_ns, &v.p99_ns, &v.p999_ns,
+                     &v.measured_qps_milli, &v.max_utilized_millicores, &v.max_utilized_memory_bytes,
+                     &v.requested_millicores, &v.requested_memory_bytes, &v.available_millicores})
+    *x = in.s();
+  for (size_t i = 0, n = in.count("thread environment entries"); i < n; ++i) {
+    std::string k = in.str();
+    v.thread_env[std::move(k)] = in.str();
+  }
+  v.advice = in.strs("advice");
+  v.requests.resize(in.count("requests"));
+  int64_t t = 0;
+  for (auto& r : v.requests) t += in.s(), r.start_ns = t;
+  for (auto& r : v.requests) r.latency_ns = in.s();
+  for (auto& r : v.requests) r.status = in.i32("status");
+  v.resources.resize(in.count("resource points"));
+  t = 0;
+  for (auto& r : v.resources) t += in.s(), r.t_ns = t;
+  for (auto& r : v.resources) r.cpu_ns = in.s();
+  for (auto& r : v.resources) r.rss_bytes = in.s();
+  for (auto& r : v.resources) r.processes = in.u32("processes");
+  for (auto& r : v.resources) r.threads = in.u32("threads");
+  v.lines.resize(in.count("serving lines"));
+  for (auto& l : v.lines) l.file = in.u32("file");
+  for (auto& l : v.lines) l.line = in.u32("line");
+  for (auto& l : v.lines) l.function = in.u32("function");
+  for (auto& l : v.lines) l.self_us = in.s();
+  for (auto& l : v.lines) l.total_us = in.s();
+  v.sites.resize(in.count("serving sites"));
+  for (auto& x : v.sites) x.stack = in.u32("stack");
+  for (auto& x : v.sites) x.alloc_bytes = in.s();
+  for (auto& x : v.sites) x.alloc_count = in.s();
+  for (auto& x : v.sites) x.retained_bytes = in.s();
+}
+
+void get_gpu(In& in, Profile& p) {
+  p.gpu.resize(in.count("gpu processes"));
+  for (ProcessGpu& g : p.gpu) {
+    g.process = in.u32("process");
+    g.cupti_version = in.u32("cupti version");
+    g.clock = in.str();
+    g.ops_truncated = in.u() & 1;
+    const uint64_t nt = in.count("gpu totals");
+    for (uint64_t i = 0; i < nt && in.ok(); ++i) {
+      std::string k = in.str();
+      g.totals[std::move(k)] = in.s();
+    }
+    g.kernels.resize(in.count("gpu kernels"));
+    for (auto& k : g.kernels) k.name = in.u32("name");
+    for (auto& k : g.kernels) k.demangled = in.u32("demangled");
+    for (auto& k : g.kernels) k.stack = in.opt("stack");
+    for (auto& k : g.kernels) k.calls = in.u();
+    for (auto& k : g.kernels) k.total_ns = in.s();
+    for (auto& k : g.kernels) k.max_ns = in.s();
+    for (auto& k : g.kernels)
+      for (int i = 0; i < 3; ++i) k.grid[i] = in.u32("grid"), k.block[i] = in.u32("block");
+    g.devices.resize(in.count("gpu devices"));
+    for (GpuDevice& d : g.devices) {
+      d.device = in.u32("device");
+      d.bucket_ns = in.s();
+      d.peak_bytes = in.s();
+      d.peak_t_ns = in.s();
+      for (auto* tl : {&d.utilization, &d.memory}) {
+        tl->resize(in.count("gpu timeline points"));
+        int64_t t = 0;
+        for (auto& pt : *tl) t += in.s(), pt.t_ns = t;
+        for (auto& pt : *tl) pt.value = in.s();
+      }
+      d.peak_holders.resize(in.count("gpu peak holders"));
+      for (auto& h : d.peak_holders) h.stack = in.opt("stack"), h.bytes = in.s();
+      if (!in.ok()) return;
+    }
+    g.ops.resize(in.count("gpu operations"));
+    int64_t t = 0;
+    for (auto& o : g.ops) t += in.s(), o.start_ns = t;
+    for (auto& o : g.ops) o.end_ns = o.start_ns + in.s();
+    for (auto& o : g.ops) {
+      const int64_t lag = in.s();
+      o.launch_ns = lag == INT64_MIN ? 0 : o.start_ns - lag;
+    }
+    for (auto& o : g.ops) o.thread = in.opt("thread");
+    for (auto& o : g.ops) o.device = in.u32("device");
+    for (auto& o : g.ops) o.stream = in.u32("stream");
+    for (auto& o : g.ops) o.kind = static_cast<GpuOpKind>(in.u32("kind") & 0xff);
+    for (auto& o : g.ops) o.copy_kind = static_cast<uint8_t>(in.u32("copy kind") & 0xff);
+    for (auto& o : g.ops) o.name = in.u32("name");
+    for (auto& o : g.ops) o.bytes = in.u();
+    for (auto& o : g.ops) o.correlation = in.u();
+    if (!in.ok()) return;
+  }
+}
 
 struct SectionDesc {
   uint64_t tag;
@@ -526,6 +748,9 @@ constexpr SectionDesc kSections[] = {
     {section::kWarnings, "warnings", [](const Profile& p, Buf& b) { b.strs(p.warnings); }, get_warnings},
     {section::kMemory, "memory", put_memory, get_memory},
     {section::kLeaks, "leaks", put_leaks, get_leaks},
+    {section::kServing, "serving", put_serving, get_serving},
+    {section::kGpu, "gpu", put_gpu, get_gpu},
+    {section::kModules, "modules", put_modules, get_modules},
 };
 
 uint32_t crc_of(const uint8_t* p, size_t n) {
@@ -585,6 +810,8 @@ std::vector<uint8_t> encode_profile(const Profile& p) {
   Buf payload;
   uint64_t count = 0;
   for (const auto& d : kSections) {
+    if (d.tag == section::kServing && !p.serving.present) continue;  // optional: only serving runs have it
+    if (d.tag == section::kGpu && p.gpu.empty()) continue;             // optional: only GPU runs have it
     payload.len = 0;
     d.put(p, payload);
     out.u(d.tag);

@@ -26,7 +26,8 @@ inline constexpr uint64_t kEnd = 0, kRunInfo = 1, kStrings = 2, kMetrics = 3, kF
                           kStacks = 5, kProcesses = 6, kThreads = 7, kStackValues = 8,
                           kSamples = 9, kFunctions = 10, kLines = 11, kWarnings = 12,
                           kMemory = 13, kLeaks = 14,  // since 1.1
-                          kServing = 15, kGpu = 16;   // since 1.2 (reserved; written when present)
+                          kServing = 15, kGpu = 16,   // since 1.2 (written when present)
+                          kModules = 17;              // since 1.2
 }
 
 // Encodes the profile as a complete file image (current version). Never fails and never reads

@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "report/format.h"
+#include "report/gpu_json.h"
 #include "report/memory_sites.h"
 #include "report/report.h"
+#include "report/serving_json.h"
 
 namespace mlprof::report {
 
@@ -149,6 +151,8 @@ std::string export_json(const Profile& p, const JsonOptions& opt) {
   for (uint32_t m = 0; m < p.metrics.size(); ++m) top[p.metrics[m].name] = top_json(p, m, opt.top);
   d["top"] = std::move(top);
   d["leak_candidates"] = leaks_json(p);
+  d["serving"] = serving_json<json>(p);
+  d["gpu"] = gpu_json<json>(p);
   d["warnings"] = detail::all_warnings(p);
   return d.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }

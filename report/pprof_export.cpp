@@ -90,6 +90,9 @@ class Encoder {
     string_ids_.emplace("", 0);
     loc_of_frame_.assign(p.frames.size(), 0);
     mapping_of_module_.assign(p.strings.size(), 0);
+    build_id_of_module_.assign(p.strings.size(), std::string());
+    for (const auto& m : p.modules)
+      if (m.path < build_id_of_module_.size()) build_id_of_module_[m.path] = m.build_id;
   }
 
   std::string encode() {
@@ -319,7 +322,8 @@ class Encoder {
       mp.u64(field::kMappingStart, 0);
       mp.u64(field::kMappingLimit, m.max_address + 1);
       mp.i64(field::kMappingFilename, pstr(m.module));
-      // No build id: the profile does not keep one per module (docs/export-formats.md).
+      if (m.module < build_id_of_module_.size() && !build_id_of_module_[m.module].empty())
+        mp.i64(field::kMappingBuildId, str(build_id_of_module_[m.module]));
       mp.boolean(field::kHasFunctions, true);  // every location carries a function
       mp.boolean(field::kHasFilenames, m.all_files);
       mp.boolean(field::kHasLineNumbers, m.all_lines);
@@ -337,6 +341,7 @@ class Encoder {
   std::unordered_map<std::string, uint64_t> inline_locations_;  // frame id run -> location id
   std::unordered_map<std::string, uint64_t> marker_locations_;
   std::unordered_map<uint32_t, std::vector<uint64_t>> stack_locs_;
+  std::vector<std::string> build_id_of_module_;  // module string index -> hex build id (Profile::modules)
   std::vector<uint64_t> mapping_of_module_;  // module string index -> mapping id (0: none yet)
   std::vector<ModuleInfo> modules_;
   uint64_t location_count_ = 0;

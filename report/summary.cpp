@@ -6,7 +6,9 @@
 #include <numeric>
 #include <set>
 
+#include "report/serving_summary.h"
 #include "report/format.h"
+#include "report/gpu_summary.h"
 #include "report/memory_sites.h"
 #include "report/report.h"
 #include "report/source.h"
@@ -390,8 +392,10 @@ std::string text_summary(const Profile& prof, const SummaryOptions& opt) {
     out += lines(prof, st, m, grand, opt.top);
   }
   out += memory(prof, st, opt.top);
+  out += gpu_summary(prof, opt.top);
   out += processes(prof, st, m, opt.top);
   out += threads(prof, st, m, grand, opt.top);
+  out += serving_summary(prof, opt.top);
   return out;
 }
 

@@ -15,6 +15,9 @@ pkgs=(
   python3 python3-numpy  # Python tests: Debian's interpreter with numpy (pyenv's builds use hashlib)
   golang-go          # `go tool pprof` reads the pprof export in the e2e tests
   libtcmalloc-minimal4 libjemalloc2  # memory tests: allocators a user preloads beside mlprof
+  libcurl4-openssl-dev  # the serving workflow's load loop (mlprof-run --requests)
+  python3-sklearn python3-flask  # the example HTTP service (examples/serve_http.py)
+  chromium nodejs npm  # browser tests of the HTML report (tests/browser: playwright-core from npm)
 )
 if [ "${MLPROF_BENCH_DEPS:-0}" = 1 ]; then
   pkgs+=(google-perftools libgoogle-perftools-dev linux-perf hyperfine)

@@ -1,10 +1,13 @@
 // mlprof-run: starts the collector, runs the command with the preload, forwards signals, stops on
 // --duration, then writes the profile, the HTML report and a short summary. Returns the command's
-// exit status (128+N when it died of signal N).
+// exit status (128+N when it died of signal N). With --requests/--url (the serving workflow,
+// docs/serving.md) it also replays the request file against the service, stops the service when
+// the replay ends, and returns the serving exit status (tools/serving_session.h).
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -12,10 +15,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "collector/profile_builder.h"
@@ -25,6 +32,7 @@
 #include "profile/profile_io.h"
 #include "report/report.h"
 #include "tools/run_options.h"
+#include "tools/serving_session.h"
 
 extern char** environ;
 
@@ -70,6 +78,25 @@ std::string default_output(const std::vector<std::string>& cmd) {
   return fmt::format("mlprof-{}-{}.mlprof", name, stamp);
 }
 
+// The CPUs the command can use, for the report's "more busy threads than CPUs" hint:
+// extra["cpus"] = CPUs in our affinity mask (else online), extra["cpu_quota"] = the cgroup v2
+// CPU limit (cpu.max quota / period) when one is set.
+void record_cpus(profile::RunInfo& run) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) cpus = CPU_COUNT(&set);
+  if (cpus > 0) run.extra["cpus"] = fmt::format("{}", cpus);
+  std::ifstream cg("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(cg, line))
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+  std::ifstream max("/sys/fs/cgroup" + (path == "/" ? std::string() : path) + "/cpu.max");
+  std::string quota;
+  long long period = 0;
+  if (max >> quota >> period && quota != "max" && period > 0)
+    run.extra["cpu_quota"] = fmt::format("{:.2f}", std::atoll(quota.c_str()) / static_cast<double>(period));
+}
+
 std::string html_path_for(const std::string& profile) {
   std::string base = profile;
   if (base.size() > 7 && base.compare(base.size() - 7, 7, ".mlprof") == 0) base.resize(base.size() - 7);
@@ -95,7 +122,8 @@ struct Child {
   int exec_errno = 0;
 };
 
-// Starts the command with the preload. Reports exec failures through a close-on-exec pipe.
+// Starts the command with the preload (without it when `preload` is empty: serving --no-profile).
+// Reports exec failures through a close-on-exec pipe.
 Child spawn(const tools::RunOptions& o, const std::string& preload, const std::string& socket, const sigset_t& orig_mask) {
   std::vector<std::string> env_strings;
   // The preload goes first: its malloc/free/memcpy hooks must be found before those of an allocator
@@ -103,25 +131,29 @@ Child spawn(const tools::RunOptions& o, const std::string& preload, const std::s
   std::string ld = preload;
   if (const char* cur = getenv("LD_PRELOAD"); cur && *cur) ld = preload + ":" + cur;
   for (char** e = environ; *e; ++e) {
-    if (strncmp(*e, "LD_PRELOAD=", 11) == 0 || strncmp(*e, "MLPROF_", 7) == 0) continue;
+    if (!preload.empty() && (strncmp(*e, "LD_PRELOAD=", 11) == 0 || strncmp(*e, "MLPROF_", 7) == 0)) continue;
     env_strings.emplace_back(*e);
   }
-  env_strings.push_back("LD_PRELOAD=" + ld);
-  env_strings.push_back("MLPROF_SOCKET=" + socket);
-  env_strings.push_back(fmt::format("MLPROF_RATE={}", o.rate_hz));
-  if (!o.unwinder.empty()) env_strings.push_back("MLPROF_UNWINDER=" + o.unwinder);
-  env_strings.push_back("MLPROF_MODE=" + o.mode);
-  if (o.quiet) env_strings.push_back("MLPROF_QUIET=1");
-  // Memory options override the user's own MLPROF_MEMORY / MLPROF_MEM_INTERVAL; without them those
-  // pass through like the other MLPROF_* settings.
-  if (o.no_memory) env_strings.push_back("MLPROF_MEMORY=0");
-  if (o.mem_interval) env_strings.push_back(fmt::format("MLPROF_MEM_INTERVAL={}", o.mem_interval));
-  auto starts = [](const char* e, const char* prefix) { return strncmp(e, prefix, strlen(prefix)) == 0; };
-  for (char** e = environ; *e; ++e)  // pass through the user's own MLPROF_* settings (MLPROF_SIGNAL, ...)
-    if (starts(*e, "MLPROF_") && !starts(*e, "MLPROF_SOCKET=") && !starts(*e, "MLPROF_RATE=") &&
-        !starts(*e, "MLPROF_OUTPUT_DIR=") && !starts(*e, "MLPROF_MODE=") && !starts(*e, "MLPROF_PRELOAD_PATH=") &&
-        !(o.no_memory && starts(*e, "MLPROF_MEMORY=")) && !(o.mem_interval && starts(*e, "MLPROF_MEM_INTERVAL=")))
-      env_strings.emplace_back(*e);
+  if (!preload.empty()) {
+    env_strings.push_back("LD_PRELOAD=" + ld);
+    env_strings.push_back("MLPROF_SOCKET=" + socket);
+    env_strings.push_back(fmt::format("MLPROF_RATE={}", o.rate_hz));
+    if (!o.unwinder.empty()) env_strings.push_back("MLPROF_UNWINDER=" + o.unwinder);
+    env_strings.push_back("MLPROF_MODE=" + o.mode);
+    if (o.quiet) env_strings.push_back("MLPROF_QUIET=1");
+    // Memory options override the user's own MLPROF_MEMORY / MLPROF_MEM_INTERVAL; without them those
+    // pass through like the other MLPROF_* settings.
+    if (o.no_memory) env_strings.push_back("MLPROF_MEMORY=0");
+    if (o.no_gpu) env_strings.push_back("MLPROF_GPU=0");
+    if (o.mem_interval) env_strings.push_back(fmt::format("MLPROF_MEM_INTERVAL={}", o.mem_interval));
+    auto starts = [](const char* e, const char* prefix) { return strncmp(e, prefix, strlen(prefix)) == 0; };
+    for (char** e = environ; *e; ++e)  // pass through the user's own MLPROF_* settings (MLPROF_SIGNAL, ...)
+      if (starts(*e, "MLPROF_") && !starts(*e, "MLPROF_SOCKET=") && !starts(*e, "MLPROF_RATE=") &&
+          !starts(*e, "MLPROF_OUTPUT_DIR=") && !starts(*e, "MLPROF_MODE=") && !starts(*e, "MLPROF_PRELOAD_PATH=") &&
+          !(o.no_memory && starts(*e, "MLPROF_MEMORY=")) && !(o.mem_interval && starts(*e, "MLPROF_MEM_INTERVAL=")) &&
+          !(o.no_gpu && starts(*e, "MLPROF_GPU=")))
+        env_strings.emplace_back(*e);
+  }
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -177,8 +209,25 @@ int main(int argc, char** argv) {
     fprintf(stderr, "mlprof-run: cannot write the output: %s\n", why.c_str());
     return 2;
   }
-  std::string preload = find_preload();
-  if (preload.empty()) {
+  const bool serving = o.serving.enabled();
+  std::vector<std::string> bodies;
+  if (serving) {
+    if (!tools::read_request_bodies(o.serving.requests, &bodies, &why)) {
+      fprintf(stderr, "mlprof-run: %s\n", why.c_str());
+      return 2;
+    }
+    const uint64_t total = o.serving.max_requests ? o.serving.max_requests : bodies.size();
+    if (o.serving.warmup >= total) {
+      fprintf(stderr,
+              "mlprof-run: --warmup %llu leaves no request for the steady state (%llu requests in all); lower it or "
+              "raise --max-requests\n",
+              static_cast<unsigned long long>(o.serving.warmup), static_cast<unsigned long long>(total));
+      return 2;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+  }
+  std::string preload = serving && o.serving.no_profile ? std::string() : find_preload();
+  if (preload.empty() && !(serving && o.serving.no_profile)) {
     fprintf(stderr,
             "mlprof-run: libmlprof_preload.so not found next to mlprof-run or in ../lib/mlprof; "
             "set MLPROF_PRELOAD_PATH to its path\n");
@@ -208,20 +257,28 @@ int main(int argc, char** argv) {
   run.timer = "thread-cpu-timer";  // replaced by the streams' own clock in build_profile
   run.mode = o.mode;
   run.mlprof_version = MLPROF_VERSION;
+  record_cpus(run);
   char buf[PATH_MAX];
   if (getcwd(buf, sizeof buf)) run.cwd = buf;
   if (gethostname(buf, sizeof buf) == 0) run.hostname = buf;
 
+  std::unique_ptr<tools::ServingSession> session;
+  if (serving) {
+    session = std::make_unique<tools::ServingSession>(o.serving, o.duration_s, std::move(bodies), environ);
+    server.set_memory_window(session->window());
+  }
   Child child = spawn(o, preload, server.socket_path(), orig_mask);
   if (child.pid < 0 || child.exec_errno) {
     fprintf(stderr, "mlprof-run: cannot run '%s': %s\n", o.command[0].c_str(), strerror(child.exec_errno));
     if (child.pid > 0) waitpid(child.pid, nullptr, 0);
     return child.exec_errno == ENOENT ? 127 : 126;
   }
+  if (session) session->start(getpid(), child.pid);
 
   const bool status_line = !o.quiet && isatty(STDERR_FILENO);
   const int64_t start = now_ns();
-  const int64_t deadline = o.duration_s > 0 ? start + static_cast<int64_t>(o.duration_s * 1e9) : INT64_MAX;
+  // Serving: --duration bounds the replay (the load thread), and the service stops when it ends.
+  const int64_t deadline = o.duration_s > 0 && !serving ? start + static_cast<int64_t>(o.duration_s * 1e9) : INT64_MAX;
   int phase = 0;  // --duration: 1 flush asked, 2 SIGTERM sent, 3 SIGKILL sent
   int64_t phase_t = 0, exited_t = 0, last_status = 0;
   bool child_done = false, detach_sent = false;
@@ -233,6 +290,7 @@ int main(int argc, char** argv) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) == sizeof si) {
         if (si.ssi_signo == SIGCHLD) continue;
+        if (session) session->interrupt();
         // A signal from the terminal (SI_KERNEL) reached the whole foreground group, the command
         // included; one sent to mlprof-run alone is passed on.
         if (si.ssi_code != SI_KERNEL && !child_done) kill(child.pid, static_cast<int>(si.ssi_signo));
@@ -246,11 +304,12 @@ int main(int argc, char** argv) {
         child_done = true;
         child_status = st;
         exited_t = now_ns();
+        if (session) session->service_exited(status_to_code(st));
       }
     }
     int64_t t = now_ns();
     if (!child_done) {
-      if (phase == 0 && t >= deadline) {
+      if (phase == 0 && (t >= deadline || (session && session->load_finished()))) {
         server.broadcast(static_cast<uint8_t>(wire::Command::kFlush));
         phase = 1;
         phase_t = t;
@@ -296,7 +355,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> server_warnings = server.warnings();
   server.shutdown();
   int64_t build_start = now_ns();
-  profile::Profile prof = collector::build_profile(streams, run);
+  collector::BuildOptions build_opts;
+  build_opts.memory_window = serving;
+  profile::Profile prof = collector::build_profile(streams, run, build_opts);
+  const int serving_rc = session ? session->finish(prof) : 0;
   for (auto& w : server_warnings) prof.warnings.push_back(w);
   prof.run.extra["postprocess_ms"] = fmt::format("{}", (now_ns() - build_start) / 1000000);
 
@@ -314,6 +376,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%s", report::text_summary(prof, so).c_str());
     fprintf(stderr, "mlprof: profile written to %s%s%s\n", o.output.c_str(), o.no_html ? "" : ", report to ",
             o.no_html ? "" : o.html.c_str());
+  }
+  if (session) {
+    curl_global_cleanup();
+    return serving_rc;
   }
   return run.exit_status;
 }

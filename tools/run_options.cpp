@@ -70,11 +70,39 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
       ->check(CLI::IsMember({"cpu", "wall"}))
       ->capture_default_str();
   app.add_flag("--no-memory", o->no_memory, "Do not profile allocations and copies (CPU only)");
+  app.add_flag("--no-gpu", o->no_gpu, "Do not profile CUDA kernels, copies and device memory (CUPTI is not loaded)");
   std::string mem_interval;
   CLI::Option* mem_interval_opt = app.add_option("--mem-interval", mem_interval,
                  "Mean bytes allocated between two recorded allocations (e.g. 512K, 1M); 1 = exact: record every "
                  "allocation (slow)")
       ->option_text("BYTES");
+  // The serving workflow (docs/serving.md).
+  ServingOptions& sv = o->serving;
+  const char* kServing = "Serving (replay requests against the service)";
+  auto* req_opt = app.add_option("--requests", sv.requests,
+                                 "Request file: one POST body per line, replayed in order against --url")
+                      ->group(kServing)->option_text("FILE");
+  auto* url_opt = app.add_option("--url", sv.url, "Where the service answers, e.g. http://127.0.0.1:8080/score")
+                      ->group(kServing);
+  auto* conc_opt = app.add_option("--concurrency", sv.concurrency, "Closed loop: requests in flight (default 1)")
+                       ->group(kServing)->check(CLI::Range(1u, 1024u));
+  auto* rps_opt = app.add_option("--rps", sv.rps, "Open loop: requests started per second, whatever the latency")
+                      ->group(kServing)->check(CLI::Range(0.001, 1e6));
+  auto* max_opt = app.add_option("--max-requests", sv.max_requests,
+                                 "Send this many requests, cycling through the file (default: the file once)")
+                      ->group(kServing)->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+  auto* warm_opt = app.add_option("--warmup", sv.warmup, "The first K requests warm up: kept out of the steady state")
+                       ->group(kServing);
+  auto* ct_opt = app.add_option("--content-type", sv.content_type, "Content-Type of the requests")
+                     ->group(kServing)->capture_default_str();
+  auto* to_opt = app.add_option("--timeout", sv.timeout_s, "Seconds per request before it counts as failed")
+                     ->group(kServing)->check(CLI::Range(0.001, 3600.0))->capture_default_str();
+  auto* rto_opt = app.add_option("--ready-timeout", sv.ready_timeout_s,
+                                 "Seconds to wait for the URL to answer at all (model loading)")
+                      ->group(kServing)->check(CLI::Range(0.1, 86400.0))->capture_default_str();
+  auto* np_opt = app.add_flag("--no-profile", sv.no_profile,
+                              "Serving: run the service without the profiler (a baseline for the same load)")
+                     ->group(kServing);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -105,6 +133,25 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
     fprintf(stderr, "mlprof-run: --no-memory and --mem-interval contradict each other; use one\n");
     *exit_code = 2;
     return false;
+  }
+  auto fail = [&](const std::string& m) {
+    fprintf(stderr, "mlprof-run: %s\n", m.c_str());
+    *exit_code = 2;
+    return false;
+  };
+  const bool serving_opt = req_opt->count() || url_opt->count() || conc_opt->count() || rps_opt->count() ||
+                           max_opt->count() || warm_opt->count() || ct_opt->count() || to_opt->count() ||
+                           rto_opt->count() || np_opt->count();
+  if (serving_opt) {
+    if (sv.requests.empty() || sv.url.empty())
+      return fail("the serving options need both --requests FILE (one POST body per line) and --url URL (where the "
+                  "service answers)");
+    if (sv.url.rfind("http://", 0) != 0 && sv.url.rfind("https://", 0) != 0)
+      return fail("--url '" + sv.url + "' is not an http:// or https:// URL; give e.g. http://127.0.0.1:8080/score");
+    if (conc_opt->count() && rps_opt->count())
+      return fail("--concurrency (closed loop) and --rps (open loop) contradict each other; use one");
+    if (max_opt->count() && sv.warmup >= sv.max_requests)
+      return fail("--warmup must be smaller than --max-requests: no request would be left for the steady state");
   }
   if (o->no_html && !o->html.empty()) {
     fprintf(stderr, "mlprof-run: --html and --no-html contradict each other; use one\n");

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/serving_options.h"
+
 namespace mlprof::tools {
 
 struct RunOptions {
@@ -17,7 +19,9 @@ struct RunOptions {
   std::string unwinder;      // "" (preload default), "cfi", "libunwind"
   std::string mode = "cpu";  // "cpu" or "wall" (off-CPU waits too)
   bool no_memory = false;    // --no-memory: MLPROF_MEMORY=0 (no allocation / copy profiling)
+  bool no_gpu = false;       // --no-gpu: MLPROF_GPU=0 (no CUDA profiling through CUPTI, docs/gpu.md)
   uint64_t mem_interval = 0; // --mem-interval: mean sampling interval in bytes; 1 = exact; 0 = preload default
+  ServingOptions serving;    // --requests/--url ...: the serving workflow (docs/serving.md)
   std::vector<std::string> command;
 };
 

@@ -69,6 +69,28 @@ TEST_P(PythonMemory, CopiesAtTheirLine) {
   EXPECT_NEAR(static_cast<double>(at_line), copied, 0.10 * copied);
 }
 
+// tracemalloc.stop() after mlprof wrapped tracemalloc's hooks removes mlprof's wrappers; the
+// writer wraps the restored allocator again, so small objects made afterwards still count.
+TEST_P(PythonMemory, ObjectsAfterTracemallocStopStillCount) {
+  const Interpreter& py = GetParam();
+  const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_tracemalloc.py";
+  Profiled r = profile_run({py.path, script, "48", "200"}, {}, {"PYTHONTRACEMALLOC=1"});
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+  auto truth = nlohmann::json::parse(r.result.out);
+  const double kept = truth["bytes"];
+  const auto* pm = process_memory(r.profile);
+  ASSERT_NE(pm, nullptr);
+  EXPECT_TRUE(pm->python_allocator);
+  uint32_t line = marker_line(script, "# KEEP-LINE");
+  // Counted by objects, not bytes: without the wrappers the line still gets pymalloc's arena mmaps
+  // (1 MiB blocks, a few dozen), with them ~1 block per object. 48 MiB (+ the list) at a 512 KiB
+  // interval is ~100 samples, so +-40% is ~4 standard deviations.
+  const double items = truth["items"];
+  const int64_t count = line_metric(r.profile, "alloc-count", script, line);
+  EXPECT_NEAR(static_cast<double>(count), items, 0.4 * items) << r.result.err;
+}
+
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonMemory, ::testing::ValuesIn(supported_interpreters()),
                          [](const ::testing::TestParamInfo<Interpreter>& i) { return i.param.name(); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonMemory);

@@ -120,6 +120,55 @@ TEST_F(MemProfilerTest, ExactModeRecordsEveryAllocationAndTheFreeOfEach) {
   EXPECT_EQ(drain(g_fallback.ring()).size(), 150u);
 }
 
+// What the interposed realloc and munmap do: a failed call leaves the block the program's, so
+// no FREE goes out and the block stays in the table; a successful one sends the FREE.
+TEST_F(MemProfilerTest, AFailedReleaseKeepsTheBlockLive) {
+  void* p = fake_malloc(100);
+  auto events = drain(g_fallback.ring());
+  ASSERT_EQ(events.size(), 1u);
+  const uint64_t id = events[0].h.alloc_id;
+
+  uint64_t taken = take_before_release(p);
+  EXPECT_EQ(taken, id);
+  errno = 0;
+  volatile size_t huge = SIZE_MAX / 2;  // volatile: the compiler must not fold the call away
+  void* r = realloc(p, huge);
+  ASSERT_EQ(r, nullptr);
+  settle_release(p, taken, r != nullptr);
+  EXPECT_EQ(errno, ENOMEM) << "the failed call's errno is kept";
+  EXPECT_TRUE(drain(g_fallback.ring()).empty()) << "no FREE for a block that was not released";
+  EXPECT_EQ(g_mem.table.lookup(reinterpret_cast<uint64_t>(p)), id);
+
+  // A mapping whose munmap fails (length 0: EINVAL) stays live too.
+  void* m = mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  after_alloc(m, 8192, wire::AllocKind::kMmap, reinterpret_cast<uint64_t>(__builtin_return_address(0)));
+  events = drain(g_fallback.ring());
+  ASSERT_EQ(events.size(), 1u);
+  const uint64_t mid = events[0].h.alloc_id;
+  taken = take_before_release(m);
+  int rc = munmap(m, 0);
+  ASSERT_EQ(rc, -1);
+  settle_release(m, taken, rc == 0);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_TRUE(drain(g_fallback.ring()).empty());
+  EXPECT_EQ(g_mem.table.lookup(reinterpret_cast<uint64_t>(m)), mid);
+
+  // The successful releases send their FREEs, with the ids of the original samples.
+  taken = take_before_release(m);
+  rc = munmap(m, 8192);
+  settle_release(m, taken, rc == 0);
+  taken = take_before_release(p);
+  free(p);
+  settle_release(p, taken, true);
+  events = drain(g_fallback.ring());
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].h.kind, static_cast<uint8_t>(EventKind::kFree));
+  EXPECT_EQ(events[0].h.alloc_id, mid);
+  EXPECT_EQ(events[1].h.alloc_id, id);
+  EXPECT_EQ(g_mem.table.lookup(reinterpret_cast<uint64_t>(p)), 0u);
+}
+
 TEST_F(MemProfilerTest, GuardAndRecordingSwitchTheHooksToForwardOnly) {
   {
     Guard g;

@@ -472,14 +472,28 @@ TEST(PprofExport, LabelsNameThreadAndProcess) {
   EXPECT_EQ(cpu_by_tid[100], 50000);
 }
 
-TEST(PprofExport, MappingsPerModuleWithoutInventedBuildIds) {
-  PProfile p = exported(make_report_profile());
+TEST(PprofExport, MappingsPerModuleCarryTheProfilesBuildIds) {
+  Profile prof = make_report_profile();
+  // app.bin has a build id in the profile's modules section; libc has an empty one; libfoo none.
+  auto index_of = [&](const std::string& s) {
+    for (uint32_t i = 0; i < prof.strings.size(); ++i)
+      if (prof.strings[i] == s) return i;
+    ADD_FAILURE() << s << " not in the string table";
+    return 0u;
+  };
+  prof.modules.push_back({index_of("/opt/app/app.bin"), "0123456789abcdef0123456789abcdef01234567"});
+  prof.modules.push_back({index_of("/lib/x86_64-linux-gnu/libc.so.6"), ""});
+  PProfile p = exported(prof);
   std::set<std::string> files;
+  std::map<std::string, std::string> ids;
   for (auto& m : p.mappings) {
     files.insert(p.s(m.filename));
-    EXPECT_EQ(p.s(m.build_id), "") << "the profile keeps no build ids";
+    ids[p.s(m.filename)] = p.s(m.build_id);
     EXPECT_TRUE(m.has_functions) << "every location carries its function";
   }
+  EXPECT_EQ(ids["/opt/app/app.bin"], "0123456789abcdef0123456789abcdef01234567");
+  EXPECT_EQ(ids["/lib/x86_64-linux-gnu/libc.so.6"], "") << "no build id is invented";
+  EXPECT_EQ(ids["/lib/libfoo.so"], "");
   EXPECT_EQ(files, (std::set<std::string>{"/opt/app/app.bin", "/lib/x86_64-linux-gnu/libc.so.6", "/lib/libfoo.so"}));
   // The unsymbolized frame keeps its file-relative address in its module's mapping.
   bool found = false;
