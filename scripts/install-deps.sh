@@ -16,9 +16,14 @@ pkgs=(
   golang-go          # `go tool pprof` reads the pprof export in the e2e tests
   libtcmalloc-minimal4 libjemalloc2  # memory tests: allocators a user preloads beside mlprof
   libcurl4-openssl-dev  # the serving workflow's load loop (mlprof-run --requests)
-  python3-sklearn python3-flask  # the example HTTP service (examples/serve_http.py)
-  chromium nodejs npm  # browser tests of the HTML report (tests/browser: playwright-core from npm)
+  python3-sklearn    # the example HTTP service's model (examples/serve_http.py)
+  chromium           # browser tests of the HTML report (tests/browser: playwright-core from npm)
 )
+# Node.js and npm for the browser tests: Debian's packages, unless a node with npm is already
+# installed (e.g. NodeSource's nodejs, which bundles npm and conflicts with Debian's npm package).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  pkgs+=(nodejs npm)
+fi
 if [ "${MLPROF_BENCH_DEPS:-0}" = 1 ]; then
   pkgs+=(google-perftools libgoogle-perftools-dev linux-perf hyperfine)
   pkgs+=(heaptrack valgrind)  # bench/mem_overhead.sh baselines
