@@ -89,6 +89,35 @@ TEST_F(Exports, GoToolPprofListsTheHottestFunctionFirst) {
   EXPECT_EQ(pp.err.find("symbolization"), std::string::npos) << pp.err;
 }
 
+// The profile keeps each module's build id as the process had it mapped (the truth: readelf -n on
+// the fixture), and the pprof export puts it on the module's mapping (`go tool pprof -raw`).
+TEST_F(Exports, ModulesAndPprofMappingsCarryBuildIds) {
+  ASSERT_TRUE(run_->ok);
+  RunResult re = run({"/usr/bin/readelf", "-n", fixture("fixture_cpu_ratio")});
+  auto at = re.out.find("Build ID: ");
+  ASSERT_NE(at, std::string::npos) << "the fixture has no GNU build id note\n" << re.out << re.err;
+  const std::string want = re.out.substr(at + 10, re.out.find_first_of("\n ", at + 10) - (at + 10));
+  ASSERT_EQ(want.size(), 40u) << want;
+  std::string got;
+  for (const auto& m : run_->profile.modules)
+    if (run_->profile.str(m.path).ends_with("/fixture_cpu_ratio")) got = m.build_id;
+  EXPECT_EQ(got, want);
+
+  std::string go = find_go();
+  if (go.empty()) GTEST_SKIP() << "no Go toolchain (go tool pprof): scripts/install-deps.sh installs golang-go";
+  std::string dir = scratch(), out = dir + "/cpu.pb.gz";
+  ASSERT_EQ(run({MLPROF_CLI, "export", run_->path, "--format", "pprof", "-o", out}).exit_code, 0);
+  RunResult pp = run({go, "tool", "pprof", "-raw", out},
+                     {"PPROF_TMPDIR=" + dir, "PPROF_BINARY_PATH=" + dir, "HOME=" + dir, "GOCACHE=" + dir + "/gocache"});
+  ASSERT_EQ(pp.exit_code, 0) << pp.err;
+  auto maps = pp.out.find("\nMappings\n");
+  ASSERT_NE(maps, std::string::npos) << pp.out;
+  auto line = pp.out.find("/fixture_cpu_ratio ", maps);  // "1: 0x0/0x1/0x0 PATH BUILD_ID [FN]"
+  ASSERT_NE(line, std::string::npos) << pp.out;
+  auto bol = pp.out.rfind('\n', line), eol = pp.out.find('\n', line);
+  EXPECT_NE(pp.out.substr(bol + 1, eol - bol - 1).find(want), std::string::npos) << "mapping line without the build id\n" << pp.out;
+}
+
 TEST_F(Exports, PprofToAnUnwritablePathFails) {
   ASSERT_TRUE(run_->ok);
   RunResult r = run({MLPROF_CLI, "export", run_->path, "--format", "pprof", "-o", "/nonexistent-dir/x.pb.gz"});
