@@ -107,9 +107,7 @@ void capture_stack(RawMemEvent* ev, uint64_t caller) {
     auto* py = reinterpret_cast<python::RawPyFrame*>(pcs + n);
     uint8_t pyflags = 0;
     npy = python::walk(py, kMaxPyFrames, &pyflags);
-    if (pyflags & python::kSampleHasPython) flags |= wire::kStackHasPython;
-    if (pyflags & python::kSampleGilHeld) flags |= wire::kStackGilHeld;
-    if (pyflags & python::kSampleWalkFailed) flags |= wire::kStackPyWalkFailed;
+    flags |= python::wire_stack_flags(pyflags);
   }
   ev->nframes = static_cast<uint16_t>(n);
   ev->npy = static_cast<uint8_t>(npy);

@@ -92,9 +92,7 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
     auto* py = reinterpret_cast<python::RawPyFrame*>(pcs + r.nframes);
     uint8_t pyflags = 0;
     npy = python::walk(py, kMaxPyFrames, &pyflags);
-    if (pyflags & python::kSampleHasPython) r.flags |= wire::kStackHasPython;
-    if (pyflags & python::kSampleGilHeld) r.flags |= wire::kStackGilHeld;
-    if (pyflags & python::kSampleWalkFailed) r.flags |= wire::kStackPyWalkFailed;
+    r.flags |= python::wire_stack_flags(pyflags);
   }
 
   hdr->t_ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;

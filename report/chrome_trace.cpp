@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "report/format.h"
+#include "report/gpu_json.h"
 #include "report/report.h"
 
 namespace mlprof::report {
@@ -293,7 +294,7 @@ class TraceWriter {
         const uint32_t tid = tracks[{o.device, o.stream}];
         std::string name;
         if (o.kind == profile::GpuOpKind::kKernel) name = p_.str(o.name).empty() ? "kernel" : p_.str(o.name);
-        else if (o.kind == profile::GpuOpKind::kMemcpy) name = fmt::format("Memcpy {}", gpu_copy_name(o.copy_kind));
+        else if (o.kind == profile::GpuOpKind::kMemcpy) name = fmt::format("Memcpy {}", gpu_copy_kind_name(o.copy_kind));
         else if (o.kind == profile::GpuOpKind::kMemset) name = "Memset";
         else name = "Synchronization";
         begin_event();
@@ -318,17 +319,6 @@ class TraceWriter {
         }
         flush(false);
       }
-    }
-  }
-
-  static const char* gpu_copy_name(uint8_t k) {
-    switch (k) {
-      case 1: return "HtoD";
-      case 2: return "DtoH";
-      case 3: return "DtoD";
-      case 4: return "HtoH";
-      case 5: return "PtoP";
-      default: return "";
     }
   }
 

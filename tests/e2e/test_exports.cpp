@@ -163,9 +163,13 @@ TEST_F(Exports, ChromeTraceHasTheThreadTrackAndItsSamples) {
   EXPECT_LE(root_samples, p.samples.size());
   double sum = dur["hot_fifty"] + dur["hot_thirty"] + dur["hot_twenty"];
   ASSERT_GT(sum, 0);
-  EXPECT_NEAR(100 * dur["hot_fifty"] / sum, 50, 6);
-  EXPECT_NEAR(100 * dur["hot_thirty"] / sum, 30, 6);
-  EXPECT_NEAR(100 * dur["hot_twenty"] / sum, 20, 6);
+  // The trace's time split is the profile's: each function's slices add up to its self CPU share
+  // (the profile's own accuracy against the program is tested in test_cpu_attribution.cpp).
+  double self_sum = 0;
+  for (const char* fn : {"hot_fifty", "hot_thirty", "hot_twenty"}) self_sum += function_self(p, fn);
+  ASSERT_GT(self_sum, 0);
+  for (const char* fn : {"hot_fifty", "hot_thirty", "hot_twenty"})
+    EXPECT_NEAR(100 * dur[fn] / sum, 100 * function_self(p, fn) / self_sum, 2) << fn;
 }
 
 TEST_F(Exports, CollapsedSumsToTheSamplesTaken) {
