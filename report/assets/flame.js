@@ -294,6 +294,9 @@
         });
       });
       canvas.dataset.drawn = String(drawn);
+      // Deep stacks (imports, recursion) make the canvas taller than the scroll box: show the
+      // root end first, the bottom for a flame graph and the top for icicle / inverted views.
+      canvasWrap.scrollTop = state.view === "flame" ? canvasWrap.scrollHeight : 0;
       const ms = matchStats(T);
       canvas.dataset.matched = ms ? String(ms.count) : "";
       const m = M.metrics[state.metric];
