@@ -83,8 +83,18 @@ std::string warnings_section(const Profile& prof) {
   if (all.empty()) return "";
   std::string out = fmt::format("<section id=\"warnings\">\n<h2>Warnings ({})</h2>\n<ul class=\"warnings\">\n",
                                 all.size());
-  for (const auto& w : all) out += "<li>" + esc(w) + "</li>\n";
-  return out + "</ul>\n</section>\n";
+  // A long list (typically one "no debug info" line per library of a Python stack) shows its first
+  // kShown lines; the rest stay in the page, folded.
+  constexpr size_t kShown = 6;
+  for (size_t i = 0; i < all.size() && i < kShown; ++i) out += "<li>" + esc(all[i]) + "</li>\n";
+  out += "</ul>\n";
+  if (all.size() > kShown) {
+    out += fmt::format("<details class=\"more-warnings\">\n<summary>{} more</summary>\n<ul class=\"warnings\">\n",
+                       all.size() - kShown);
+    for (size_t i = kShown; i < all.size(); ++i) out += "<li>" + esc(all[i]) + "</li>\n";
+    out += "</ul>\n</details>\n";
+  }
+  return out + "</section>\n";
 }
 
 }  // namespace

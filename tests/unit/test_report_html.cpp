@@ -4,6 +4,7 @@
 #include <cctype>
 #include <fstream>
 #include <unistd.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "profile/aggregate.h"
@@ -203,3 +204,26 @@ TEST(ReportHtml, SourceTextFromDiskIsEscaped) {
   EXPECT_EQ(d["lines"][0]["source"], "x = '</script><img src=x onerror=alert(1)>'");
   unlink(path.c_str());
 }
+
+// A long warnings list shows its first 6 lines; the rest are folded in a <details>, still in the
+// page and still escaped.
+namespace {
+TEST(ReportHtml, LongWarningListIsFoldedNotDropped) {
+  auto p = hostile_profile();
+  for (int i = 0; i < 9; ++i) p.warnings.push_back(fmt::format("no debug info for /lib/lib{}.so <b>", i));
+  p.warnings.push_back("last one " + kScript);
+  const std::string html = html_report(p);
+  const size_t fold = html.find("<details class=\"more-warnings\">");
+  ASSERT_NE(fold, std::string::npos);
+  // The heading counts them all (run-level and process messages); 6 are shown, the rest folded.
+  const size_t h = html.find("<h2>Warnings (");
+  ASSERT_NE(h, std::string::npos);
+  const int total = std::atoi(html.c_str() + h + 14);
+  EXPECT_GE(total, 11);
+  EXPECT_NE(html.find("<summary>" + std::to_string(total - 6) + " more</summary>", fold), std::string::npos);
+  for (int i = 0; i < 9; ++i)
+    EXPECT_NE(html.find(fmt::format("no debug info for /lib/lib{}.so &lt;b&gt;", i)), std::string::npos) << i;
+  EXPECT_GT(html.find("last one "), fold) << "the last warning is in the folded part";
+  EXPECT_EQ(html.find(kScript), std::string::npos);
+}
+}  // namespace
