@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <new>
 
+#include "common/clock.h"
 #include "common/wire_format.h"
 #include "preload/config.h"
 #include "preload/gpu.h"
@@ -43,11 +44,6 @@ constexpr int kMaxEarly = 8;
 char g_early[kMaxEarly][512];
 int g_early_count = 0;
 
-int64_t clock_ns(clockid_t c) {
-  struct timespec ts;
-  clock_gettime(c, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 // Says a problem once on stderr ("mlprof: ...") unless MLPROF_QUIET=1, and sends it to the
 // collector so the report shows it too.

@@ -7,6 +7,7 @@
 // the memory hooks' guard, never blocks (a full ring drops the event and counts it), and keeps
 // errno. The buffer callbacks run on CUPTI's threads or inside a flush (possibly on the writer
 // thread): they never wait for the writer either.
+#include "common/clock.h"
 #include "preload/gpu.h"
 
 #if MLPROF_HAVE_CUPTI
@@ -80,13 +81,7 @@ struct ThreadGpu {
 };
 __thread ThreadGpu t_gpu __attribute__((tls_model("initial-exec")));
 
-int64_t mono_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-uint64_t CUPTIAPI monotonic_timestamp() { return static_cast<uint64_t>(mono_ns()); }
+uint64_t CUPTIAPI monotonic_timestamp() { return static_cast<uint64_t>(clock_ns()); }
 
 uint8_t classify(const char* name) {
   auto starts = [name](const char* p) { return strncmp(name, p, strlen(p)) == 0; };
@@ -186,7 +181,7 @@ void emit_alias(uint64_t inner, uint64_t outer) {
 }
 
 void emit_launch(uint64_t correlation, uint32_t cbid, uint8_t api) {
-  const int64_t t = mono_ns();
+  const int64_t t = clock_ns();
   // The stack is captured into a local buffer first: the ring's lock is not held while unwinding.
   alignas(8) static __thread uint8_t buf[kMaxLaunchEvent] __attribute__((tls_model("initial-exec")));
   auto* ev = reinterpret_cast<RawGpuEvent*>(buf);
@@ -405,9 +400,9 @@ int64_t calibrate_offset() {
   int64_t best_gap = INT64_MAX, offset = 0;
   for (int i = 0; i < 7; ++i) {
     uint64_t c = 0;
-    const int64_t before = mono_ns();
+    const int64_t before = clock_ns();
     if (g_api.get_timestamp(&c) != CUPTI_SUCCESS) return 0;
-    const int64_t after = mono_ns();
+    const int64_t after = clock_ns();
     if (after - before < best_gap) {
       best_gap = after - before;
       offset = before + (after - before) / 2 - static_cast<int64_t>(c);

@@ -1,5 +1,6 @@
 #include "preload/mem_events.h"
 
+#include "common/clock.h"
 #include "preload/mem_thread.h"
 
 #include <sys/mman.h>
@@ -16,12 +17,6 @@ namespace {
 uint8_t* sys_map(size_t bytes) {
   long r = syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return (r < 0 && r > -4096) ? nullptr : reinterpret_cast<uint8_t*>(r);
-}
-
-int64_t mono_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 void nap() {  // a fraction of the writer's 10 ms cycle
@@ -84,11 +79,11 @@ uint8_t* EventSlot::reserve(uint32_t len, uint32_t ring_bytes, int64_t wait_ns, 
     else if (fallback_) g_fallback.unlock();
     return p;
   }
-  const int64_t deadline = mono_ns() + wait_ns;
+  const int64_t deadline = clock_ns() + wait_ns;
   while (!p) {
     if (fallback_) g_fallback.unlock();
     if (!keep_waiting.load(std::memory_order_relaxed)) return nullptr;
-    if (mono_ns() >= deadline) {
+    if (clock_ns() >= deadline) {
       t.ring_stuck = true;  // the writer is stuck (a collector that stopped reading): no more waits
       return nullptr;       // until an event gets in again
     }

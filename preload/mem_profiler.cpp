@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.h"
 #include "preload/mem_events.h"
 #include "preload/python.h"
 #include "preload/sampler.h"
@@ -23,12 +24,6 @@ State g_mem;
 namespace {
 
 constexpr uint64_t kIdBlock = 256;
-
-int64_t mono_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 uint32_t current_tid() {
   ThreadState& t = t_mem;
@@ -68,8 +63,8 @@ void wait_for_tables() {
     g_tables_wait_over.store(true, std::memory_order_relaxed);
     return;
   }
-  const int64_t deadline = mono_ns() + kTablesWaitNs;
-  while (!cfi_ready() && g_mem.recording.load(std::memory_order_relaxed) && mono_ns() < deadline) {
+  const int64_t deadline = clock_ns() + kTablesWaitNs;
+  while (!cfi_ready() && g_mem.recording.load(std::memory_order_relaxed) && clock_ns() < deadline) {
     struct timespec ts = {0, 1000000};
     syscall(SYS_nanosleep, &ts, nullptr);
   }
@@ -128,7 +123,7 @@ void emit_free(uint64_t id) {
     return;
   }
   memset(ev, 0, sizeof *ev);
-  ev->t_ns = mono_ns();
+  ev->t_ns = clock_ns();
   ev->alloc_id = id;
   ev->tid = current_tid();
   ev->kind = static_cast<uint8_t>(EventKind::kFree);
@@ -165,7 +160,7 @@ bool from_self(uint64_t caller) { return caller >= g_self_lo && caller < g_self_
 void record_alloc(void* p, uint64_t size, uint64_t weight, wire::AllocKind kind, uint64_t caller) {
   if (from_self(caller)) return;
   wait_for_tables();
-  const int64_t t = mono_ns();
+  const int64_t t = clock_ns();
   EventSlot es;
   auto* ev = reinterpret_cast<RawMemEvent*>(es.reserve(kMaxMemEvent, ring_bytes(), exact() ? kRingWaitNs : kSampleWaitSampledNs, g_mem.recording));
   if (!ev) {
@@ -196,7 +191,7 @@ void record_alloc(void* p, uint64_t size, uint64_t weight, wire::AllocKind kind,
 
 void record_copy(uint64_t size, uint64_t weight, uint64_t caller) {
   wait_for_tables();
-  const int64_t t = mono_ns();
+  const int64_t t = clock_ns();
   EventSlot es;
   auto* ev = reinterpret_cast<RawMemEvent*>(es.reserve(kMaxMemEvent, ring_bytes(), exact() ? 0 : kSampleWaitSampledNs, g_mem.recording));
   if (!ev) {

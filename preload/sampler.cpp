@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/wire_format.h"
 #include "preload/mem_thread.h"
 #include "preload/thread_timer.h"
@@ -68,8 +69,7 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
   }
   RawSample* hdr = reinterpret_cast<RawSample*>(rec);
   uint64_t* pcs = reinterpret_cast<uint64_t*>(rec + sizeof(RawSample));
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t t_ns = clock_ns();
 
   UnwindResult r;
   if (t_in_loader) {
@@ -95,7 +95,7 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
     r.flags |= python::wire_stack_flags(pyflags);
   }
 
-  hdr->t_ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  hdr->t_ns = t_ns;
   hdr->weight = weight;
   hdr->nframes = static_cast<uint16_t>(r.nframes);
   hdr->flags = r.flags;

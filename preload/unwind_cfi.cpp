@@ -46,6 +46,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/wire_format.h"
 #include "preload/eh_frame.h"
 #include "preload/unwinder.h"
@@ -309,12 +310,6 @@ uint64_t g_generation = 0;
 std::atomic<uint64_t> g_grace_ns{2'000'000'000};
 cfi::RegistryStats g_stats;
 
-uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
-}
-
 void* map_zeroed(size_t size) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
@@ -499,7 +494,7 @@ bool cfi_refresh_modules() {
   g_stats.modules = ntables;
   g_stats.rows = rows;
 
-  uint64_t now = mono_ns();
+  uint64_t now = static_cast<uint64_t>(clock_ns());
   if (old) {
     for (uint32_t i = 0; i < old->ntables; ++i) {
       Table* t = old->tables[i];

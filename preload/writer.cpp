@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/clock.h"
 #include "preload/config.h"
 #include "preload/mem_events.h"
 #include "preload/gpu.h"
@@ -27,12 +28,6 @@ constexpr int64_t kSlowNs = 1000000000;  // names, counters, handler check: once
 // cycles come every kCycleMs (CPU mode) or are woken for it (wall mode), so the spacing stays
 // within kUsageNs + one cycle + scheduling delays: below 100 ms unless the machine is overloaded.
 constexpr int64_t kUsageNs = 80'000'000;
-
-int64_t mono_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 // The preload's own threads must not go through its pthread_create hook.
 using PthreadCreateFn = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
@@ -182,7 +177,7 @@ bool Writer::wall_mode() const { return cfg_.mode == ProfileMode::kWall; }
 // cycle does not shift the next ones; the samples' weights count the periods that really passed).
 int Writer::cycle_timeout_ms() {
   if (!wall_mode()) return kCycleMs;
-  const int64_t now = mono_ns(), period = wall_.period_ns();
+  const int64_t now = clock_ns(), period = wall_.period_ns();
   if (next_tick_ns_ <= now) {
     next_tick_ns_ += period;
     if (next_tick_ns_ <= now) next_tick_ns_ = now + period;  // fell behind: start afresh
@@ -206,10 +201,10 @@ void Writer::finish(wire::EndReason reason, int status) {
 }
 
 void Writer::end_stream(wire::EndReason reason, int status) {
-  if (mem::enabled()) send_mem_usage(mono_ns());  // the last point of the timeline
+  if (mem::enabled()) send_mem_usage(clock_ns());  // the last point of the timeline
   send_counters();
   enc_.begin(wire::Record::kProcessEnd);
-  enc_.u(static_cast<uint64_t>(mono_ns()));
+  enc_.u(static_cast<uint64_t>(clock_ns()));
   enc_.u(static_cast<uint8_t>(reason));
   enc_.s(status);
   enc_.end();
@@ -281,7 +276,7 @@ void Writer::send_modules(bool force) {
   // (gpu::prepare_attach checks for libcuda itself).
   if (!added.empty() && gpu::g_gpu.phase.load(std::memory_order_relaxed) == gpu::Phase::kWaiting)
     gpu_attach_due_ = true;
-  int64_t now = mono_ns();
+  int64_t now = clock_ns();
   for (uint32_t id : removed) {
     enc_.begin(wire::Record::kModuleUnload);
     enc_.u(id);
@@ -438,7 +433,7 @@ void Writer::emit_sample(uint32_t tid, uint64_t id, int64_t t_ns, uint32_t weigh
 
 void Writer::cycle(bool final) {
   send_modules(false);
-  int64_t now = mono_ns();
+  int64_t now = clock_ns();
   bool slow = final || now - last_slow_check_ns_ >= kSlowNs;
   const bool wall = wall_mode() && g_sampler.sampling.load(std::memory_order_relaxed);
   const bool python = g_sampler.python.load(std::memory_order_relaxed);

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "collector/profile_builder.h"
+#include "common/clock.h"
 #include "collector/server.h"
 #include "common/wire_format.h"
 #include "fmt/format.h"
@@ -40,11 +41,6 @@ namespace {
 
 using namespace mlprof;
 
-int64_t now_ns(clockid_t c = CLOCK_MONOTONIC) {
-  struct timespec ts;
-  clock_gettime(c, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 std::string dir_of(const std::string& path) {
   auto slash = path.rfind('/');
@@ -251,8 +247,8 @@ int main(int argc, char** argv) {
 
   profile::RunInfo run;
   run.command = o.command;
-  run.start_realtime_ns = now_ns(CLOCK_REALTIME);
-  run.start_ns = now_ns();
+  run.start_realtime_ns = clock_ns(CLOCK_REALTIME);
+  run.start_ns = clock_ns();
   run.rate_hz = o.rate_hz;
   run.timer = "thread-cpu-timer";  // replaced by the streams' own clock in build_profile
   run.mode = o.mode;
@@ -276,7 +272,7 @@ int main(int argc, char** argv) {
   if (session) session->start(getpid(), child.pid);
 
   const bool status_line = !o.quiet && isatty(STDERR_FILENO);
-  const int64_t start = now_ns();
+  const int64_t start = clock_ns();
   // Serving: --duration bounds the replay (the load thread), and the service stops when it ends.
   const int64_t deadline = o.duration_s > 0 && !serving ? start + static_cast<int64_t>(o.duration_s * 1e9) : INT64_MAX;
   int phase = 0;  // --duration: 1 flush asked, 2 SIGTERM sent, 3 SIGKILL sent
@@ -303,11 +299,11 @@ int main(int argc, char** argv) {
       if (p == child.pid) {
         child_done = true;
         child_status = st;
-        exited_t = now_ns();
+        exited_t = clock_ns();
         if (session) session->service_exited(status_to_code(st));
       }
     }
-    int64_t t = now_ns();
+    int64_t t = clock_ns();
     if (!child_done) {
       if (phase == 0 && (t >= deadline || (session && session->load_finished()))) {
         server.broadcast(static_cast<uint8_t>(wire::Command::kFlush));
@@ -341,7 +337,7 @@ int main(int argc, char** argv) {
   }
   if (status_line) fprintf(stderr, "\r\033[K");
 
-  run.end_ns = now_ns();
+  run.end_ns = clock_ns();
   run.exit_status = status_to_code(child_status);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -354,13 +350,13 @@ int main(int argc, char** argv) {
   std::vector<collector::ProcessStream> streams = server.take_streams();
   std::vector<std::string> server_warnings = server.warnings();
   server.shutdown();
-  int64_t build_start = now_ns();
+  int64_t build_start = clock_ns();
   collector::BuildOptions build_opts;
   build_opts.memory_window = serving;
   profile::Profile prof = collector::build_profile(streams, run, build_opts);
   const int serving_rc = session ? session->finish(prof) : 0;
   for (auto& w : server_warnings) prof.warnings.push_back(w);
-  prof.run.extra["postprocess_ms"] = fmt::format("{}", (now_ns() - build_start) / 1000000);
+  prof.run.extra["postprocess_ms"] = fmt::format("{}", (clock_ns() - build_start) / 1000000);
 
   if (Status st = profile::write_profile(prof, o.output); !st.ok()) {
     fprintf(stderr, "mlprof-run: %s\n", st.error.c_str());

@@ -12,16 +12,12 @@
 #include <memory>
 
 #include "collector/memory_tracker.h"
+#include "common/clock.h"
 
 namespace mlprof::tools {
 
 namespace {
 
-int64_t now_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 size_t discard(char*, size_t size, size_t n, void*) { return size * n; }
 
@@ -63,24 +59,24 @@ ReadyResult wait_ready(const std::string& url, double timeout_s, const std::atom
   char errbuf[CURL_ERROR_SIZE] = {};
   common_setup(h, url, 1.0, errbuf);
   curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-  const int64_t deadline = now_ns() + static_cast<int64_t>(timeout_s * 1e9);
+  const int64_t deadline = clock_ns() + static_cast<int64_t>(timeout_s * 1e9);
   for (;;) {
     if (stop.load() || child_exited(service_pid)) {
       r.stopped = true;
       break;
     }
     errbuf[0] = 0;
-    const int64_t t0 = now_ns();
+    const int64_t t0 = clock_ns();
     CURLcode rc = curl_easy_perform(h);
     long code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     if (rc == CURLE_OK && code > 0) {
       r.ready = true;
-      r.ready_ns = now_ns();
+      r.ready_ns = clock_ns();
       break;
     }
     r.last_error = errbuf[0] ? errbuf : curl_easy_strerror(rc);
-    const int64_t t = now_ns();
+    const int64_t t = clock_ns();
     if (t >= deadline) break;
     const int64_t wait = std::min<int64_t>(deadline - t, std::max<int64_t>(0, 100000000 - (t - t0)));
     struct timespec ts = {static_cast<time_t>(wait / 1000000000), static_cast<long>(wait % 1000000000)};
@@ -135,7 +131,7 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
     s->errbuf[0] = 0;
     s->request = res.requests.size();
     s->busy = true;
-    res.requests.push_back({now_ns(), 0, 0});
+    res.requests.push_back({clock_ns(), 0, 0});
     curl_multi_add_handle(multi, s->easy);
     ++sent;
     ++in_flight;
@@ -143,7 +139,7 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
   };
   auto finish = [&](Slot* s, CURLcode rc) {
     auto& r = res.requests[s->request];
-    const int64_t t = now_ns();
+    const int64_t t = clock_ns();
     long code = 0;
     curl_off_t total_us = 0;
     curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
@@ -181,13 +177,13 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
     }
   };
 
-  res.start_ns = now_ns();
+  res.start_ns = clock_ns();
   const int64_t limit = c.duration_s > 0 ? res.start_ns + static_cast<int64_t>(c.duration_s * 1e9) : INT64_MAX;
   // Two phases: warmup (the first K requests, all answered before the window opens), then steady.
   for (int phase = warmup ? 0 : 1; phase < 2 && !res.stopped; ++phase) {
     const uint64_t phase_end = phase == 0 ? warmup : total;
     const uint64_t phase_first = sent;
-    const int64_t phase_t0 = now_ns();
+    const int64_t phase_t0 = clock_ns();
     if (phase == 1) {
       res.window_start_ns = phase_t0;
       if (window) window->start_ns.store(phase_t0, std::memory_order_release);
@@ -197,7 +193,7 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
         res.stopped = true;
         break;
       }
-      int64_t t = now_ns();
+      int64_t t = clock_ns();
       if (sent < phase_end && t >= limit) res.time_limit = true;
       const bool more = sent < phase_end && !res.time_limit;
       int64_t wait_ms = 100;
@@ -219,7 +215,7 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
           if (!s) break;  // every slot busy: it starts late
           if (t - due > 1000000) ++res.late_starts;
           start_request(s);
-          t = now_ns();
+          t = clock_ns();
         }
       }
       if (!more && in_flight == 0) break;
@@ -235,7 +231,7 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
       }
     }
   }
-  const int64_t end = now_ns();
+  const int64_t end = clock_ns();
   // Abandoned transfers (stopped): failed requests, timed until now.
   for (auto& s : slots)
     if (s->busy) {

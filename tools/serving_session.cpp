@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "common/clock.h"
 #include "tools/serving_advice.h"
 #include "tools/serving_recommend.h"
 #include "tools/serving_resources.h"
@@ -14,11 +15,6 @@
 namespace mlprof::tools {
 
 namespace {
-int64_t now_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 constexpr size_t kMaxPoints = 1 << 16;  // 10 Hz: 1.8 hours before points are merged pairwise
 }  // namespace
 
@@ -36,7 +32,7 @@ void ServingSession::start(pid_t ancestor, pid_t service) {
 void ServingSession::service_exited(int exit_code) {
   if (exited_.exchange(true)) return;
   exit_code_ = exit_code;
-  exited_ns_ = now_ns();
+  exited_ns_ = clock_ns();
   stop_ = true;
 }
 
@@ -69,7 +65,7 @@ void ServingSession::load_main() {
 void ServingSession::poll_main(pid_t ancestor) {
   TreePoller poller(ancestor);
   while (!stop_poll_.load()) {
-    auto pt = poller.poll(now_ns());
+    auto pt = poller.poll(clock_ns());
     {
       std::lock_guard<std::mutex> g(points_mu_);
       points_.push_back(pt);
