@@ -123,33 +123,13 @@ bool cut(uint64_t pc) {
 // Python frames; as mem_profiler.cpp's capture_stack.
 void capture_stack(RawGpuEvent* ev) {
   auto* pcs = reinterpret_cast<uint64_t*>(ev + 1);
-  int n = 0;
   uint8_t flags = 0;
   ThreadSlot* slot = t_slot;
-  if (slot && slot->bounds.hi > slot->bounds.lo) {
-    const UnwindResult r = unwind_cfi_here(slot->bounds, pcs, kMaxFrames);
-    int i = 0;
-    while (i < r.nframes && cut(pcs[i])) ++i;
-    if (i < r.nframes) {
-      n = r.nframes - i;
-      if (i) memmove(pcs, pcs + i, static_cast<size_t>(n) * sizeof(uint64_t));
-      flags = r.flags;
-      // pcs[0] is now a return address: inside the call instruction, the lookup lands on the
-      // calling line (frame 0 is looked up as is).
-      pcs[0] -= 1;
-    } else {
-      flags = wire::kStackUnwindStop;
-    }
-  } else {
-    flags = wire::kStackLeafOnly;
-  }
-  int npy = 0;
-  if (g_sampler.python.load(std::memory_order_relaxed)) {
-    auto* py = reinterpret_cast<python::RawPyFrame*>(pcs + n);
-    uint8_t pyflags = 0;
-    npy = python::walk(py, kMaxPyFrames, &pyflags);
-    flags |= python::wire_stack_flags(pyflags);
-  }
+  const int n = unwind_here_after(slot ? &slot->bounds : nullptr, pcs, kMaxFrames, cut, &flags);
+  // pcs[0] is now a return address: inside the call instruction, the lookup lands on the calling
+  // line (frame 0 is looked up as is).
+  if (n) pcs[0] -= 1;
+  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags);
   ev->nframes = static_cast<uint16_t>(n);
   ev->npy = static_cast<uint8_t>(npy);
   ev->flags = flags;

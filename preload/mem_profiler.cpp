@@ -77,33 +77,13 @@ void wait_for_tables() {
 // call instruction, so the collector's lookup of frame 0 lands on the calling line.
 void capture_stack(RawMemEvent* ev, uint64_t caller) {
   auto* pcs = reinterpret_cast<uint64_t*>(ev + 1);
-  int n = 1;
   uint8_t flags = 0;
   ThreadSlot* slot = t_slot;
-  if (slot && slot->bounds.hi > slot->bounds.lo) {
-    const UnwindResult r = unwind_cfi_here(slot->bounds, pcs, kMaxFrames);
-    int i = 0;
-    while (i < r.nframes && pcs[i] != caller) ++i;
-    if (i < r.nframes) {
-      n = r.nframes - i;
-      if (i) memmove(pcs, pcs + i, static_cast<size_t>(n) * sizeof(uint64_t));
-      flags = r.flags;
-    } else {
-      pcs[0] = caller;
-      flags = wire::kStackUnwindStop;  // our own frames could not be unwound (no tables yet)
-    }
-  } else {
-    pcs[0] = caller;
-    flags = wire::kStackLeafOnly;  // no slot, no stack bounds: the caller only
-  }
+  int n = unwind_here_after(slot ? &slot->bounds : nullptr, pcs, kMaxFrames,
+                            [caller](uint64_t pc) { return pc != caller; }, &flags);
+  if (n == 0) n = 1;  // no stack bounds, or our own frames could not be unwound: the caller only
   pcs[0] = caller - 1;
-  int npy = 0;
-  if (g_sampler.python.load(std::memory_order_relaxed)) {
-    auto* py = reinterpret_cast<python::RawPyFrame*>(pcs + n);
-    uint8_t pyflags = 0;
-    npy = python::walk(py, kMaxPyFrames, &pyflags);
-    flags |= python::wire_stack_flags(pyflags);
-  }
+  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags);
   ev->nframes = static_cast<uint16_t>(n);
   ev->npy = static_cast<uint8_t>(npy);
   ev->flags = flags;

@@ -5,8 +5,6 @@
 #include <cstdint>
 #include <string>
 
-#include "common/wire_format.h"
-
 namespace mlprof::preload::python {
 
 // Line table formats, as shipped to the collector.
@@ -36,16 +34,6 @@ enum SampleFlags : uint8_t {
   kSampleGilHeld = 2,    // the thread held the GIL when interrupted
   kSampleWalkFailed = 4, // the frame chain was inconsistent (a read failed or a check did not hold)
 };
-
-// signal-safe. The wire stack flags (kStackHasPython, kStackGilHeld, kStackPyWalkFailed) that
-// walk()'s SampleFlags stand for.
-inline uint8_t wire_stack_flags(uint8_t sample_flags) {
-  uint8_t f = 0;
-  if (sample_flags & kSampleHasPython) f |= wire::kStackHasPython;
-  if (sample_flags & kSampleGilHeld) f |= wire::kStackGilHeld;
-  if (sample_flags & kSampleWalkFailed) f |= wire::kStackPyWalkFailed;
-  return f;
-}
 
 struct Interpreter {
   bool present = false;       // a CPython runtime is in the process

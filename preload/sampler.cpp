@@ -87,13 +87,7 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
   if (r.flags & wire::kStackUnwindStop) slot->unwind_stopped.fetch_add(1, std::memory_order_relaxed);
   if (in_syscall(pcs[0])) r.flags |= wire::kStackInSyscall;
 
-  int npy = 0;
-  if (g_sampler.python.load(std::memory_order_relaxed)) {
-    auto* py = reinterpret_cast<python::RawPyFrame*>(pcs + r.nframes);
-    uint8_t pyflags = 0;
-    npy = python::walk(py, kMaxPyFrames, &pyflags);
-    r.flags |= python::wire_stack_flags(pyflags);
-  }
+  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + r.nframes), &r.flags);
 
   hdr->t_ns = t_ns;
   hdr->weight = weight;

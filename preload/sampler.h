@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/wire_format.h"
 #include "preload/config.h"
 #include "preload/python.h"
 
@@ -29,6 +30,20 @@ struct SamplerState {
   std::atomic<bool> python{false};  // a supported CPython is present: walk its frames
 };
 extern SamplerState g_sampler;
+
+// signal-safe. The calling thread's Python frames (innermost first, at most kMaxPyFrames) when a
+// supported CPython is present, with their wire flags (kStackHasPython, kStackGilHeld,
+// kStackPyWalkFailed) added to *flags; how many were written (0 without Python). Every stack
+// capture (signal handler, memory hooks, GPU callbacks) puts them right after its native pcs.
+inline int python_frames(python::RawPyFrame* out, uint8_t* flags) {
+  if (!g_sampler.python.load(std::memory_order_relaxed)) return 0;
+  uint8_t pyflags = 0;
+  const int n = python::walk(out, kMaxPyFrames, &pyflags);
+  if (pyflags & python::kSampleHasPython) *flags |= wire::kStackHasPython;
+  if (pyflags & python::kSampleGilHeld) *flags |= wire::kStackGilHeld;
+  if (pyflags & python::kSampleWalkFailed) *flags |= wire::kStackPyWalkFailed;
+  return n;
+}
 
 // Installs the handler for signo (SA_SIGINFO | SA_RESTART | SA_ONSTACK). Fails, with a message in
 // *why, when the application already handles that signal.

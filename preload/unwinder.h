@@ -6,6 +6,9 @@
 // MLPROF_UNWINDER=cfi|libunwind selects one (docs/environment.md).
 #pragma once
 #include <cstdint>
+#include <cstring>
+
+#include "common/wire_format.h"
 
 namespace mlprof::preload {
 
@@ -36,6 +39,29 @@ UnwindResult unwind_cfi_regs(uint64_t rip, uint64_t rsp, uint64_t rbp, const Sta
 // the CFI tables, whatever MLPROF_UNWINDER says: the writer builds them when memory profiling is
 // on. Until the first table is built only the first frame (and one frame-pointer step) is found.
 UnwindResult unwind_cfi_here(const StackBounds& bounds, uint64_t* pcs, int max_frames);
+// NOT signal context: the stack of a hook's point of interest, for the memory hooks and the GPU
+// callbacks. unwind_cfi_here, then the leading frames for which skip(pc) holds (the preload's own,
+// above that point) are dropped: pcs[0..n) is what is left, leaf first, with the unwinder's flags.
+// n = 0 when bounds is null or empty (*flags = kStackLeafOnly) or no frame was left
+// (kStackUnwindStop: our own frames could not be unwound, e.g. no tables yet).
+template <class Skip>
+int unwind_here_after(const StackBounds* bounds, uint64_t* pcs, int max_frames, Skip skip, uint8_t* flags) {
+  if (!bounds || bounds->hi <= bounds->lo) {
+    *flags = wire::kStackLeafOnly;
+    return 0;
+  }
+  const UnwindResult r = unwind_cfi_here(*bounds, pcs, max_frames);
+  int i = 0;
+  while (i < r.nframes && skip(pcs[i])) ++i;
+  if (i == r.nframes) {
+    *flags = wire::kStackUnwindStop;
+    return 0;
+  }
+  const int n = r.nframes - i;
+  if (i) memmove(pcs, pcs + i, static_cast<size_t>(n) * sizeof(uint64_t));
+  *flags = r.flags;
+  return n;
+}
 // Whether the CFI tables have been built once (the writer does it first thing). signal-safe
 bool cfi_ready();
 // signal-safe (as far as libunwind's local unwinding is; see unwind_libunwind.cpp)
