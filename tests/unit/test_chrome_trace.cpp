@@ -11,25 +11,15 @@
 #include <tuple>
 
 #include "report/chrome_trace.h"
-
-namespace mlprof::report_test {
-profile::Profile make_report_profile();
-}
+#include "report_fixture.h"
 
 namespace {
-
-// The large-profile test: a million samples in the normal build; a tenth with sanitizers, whose
-// code runs ~10x slower (the figure that matters is the normal build's).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr uint32_t kBig = 100'000;
-#else
-constexpr uint32_t kBig = 1'000'000;
-#endif
 
 using mlprof::profile::Frame;
 using mlprof::profile::FrameKind;
 using mlprof::profile::Profile;
 using mlprof::report::chrome_trace;
+using mlprof::report_test::kBig;
 using nlohmann::json;
 
 json parse_trace(const std::string& text) {

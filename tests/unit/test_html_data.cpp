@@ -13,10 +13,7 @@
 #include "report/html_source.h"
 #include "report/html_timeline.h"
 #include "report/report.h"
-
-namespace mlprof::report_test {
-profile::Profile make_report_profile();
-}
+#include "report_fixture.h"
 
 using mlprof::profile::Frame;
 using mlprof::profile::FrameKind;

@@ -1,10 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "report/report.h"
-
-namespace mlprof::report_test {
-profile::Profile make_report_profile();
-}
+#include "report_fixture.h"
 
 using mlprof::profile::Frame;
 using mlprof::profile::Profile;

@@ -1,4 +1,4 @@
-// The hand-built profile the report tests share (declared in each test_report_*.cpp).
+// The hand-built profile the report tests share (declared in report_fixture.h).
 // Ground truth, cpu in us (grand total 100000 us = 100 ms):
 //   main;compute;add_one(inlined)  thread python3 30000 + thread loader 20000
 //   main;compute;memcpy             thread python3 10000 (alloc 4096 from thread loader)
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "profile/model.h"
+#include "report_fixture.h"
 
 namespace mlprof::report_test {
 

@@ -8,10 +8,7 @@
 
 #include "profile/aggregate.h"
 #include "report/report.h"
-
-namespace mlprof::report_test {
-profile::Profile make_report_profile();
-}
+#include "report_fixture.h"
 
 using mlprof::profile::Profile;
 using mlprof::report::SummaryOptions;
