@@ -202,6 +202,16 @@ def table(wl, cfgs, results, notes, stats):
     return rows
 
 
+def emit_report(out, notes, path):  # also used by mem_overhead.py
+    """Prints the report lines, then the load average and the notes; writes the same to path."""
+    out += ["", "Load average at end: " + " ".join("%.2f" % x for x in os.getloadavg()), "", notes]
+    text = "\n".join(out) + "\n"
+    sys.stdout.write(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text)
+
+
 def machine_facts():
     model = "?"
     try:
@@ -296,20 +306,14 @@ def main():
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     out += ["", "Targets (medians of per-round ratios):"] + verdicts
-    out += ["", "Load average at end: " + " ".join("%.2f" % x for x in os.getloadavg()), "",
-            "Command wall = the whole command (mlprof-run includes collector start-up and, after the program "
+    emit_report(out, ("Command wall = the whole command (mlprof-run includes collector start-up and, after the program "
             "exits, symbolization + writing the profile; gperftools includes writing its profile at exit). "
             "Program wall = the workload process alone, fork to exit, timed by a static wrapper inside the "
             "profiler. Ratios: median and range of per-round ratios against the same round's unprofiled run. "
             "collector CPU = mlprof's RunInfo.collector_cpu_ns / the profile's run duration (% of one core, "
             "post-processing excluded); profiler proc CPU = the profiler process's own rusage / command wall "
             "(post-processing included). Targets: mlprof <= 1.01× at 100 Hz, <= 1.03× at 1000 Hz, collector "
-            "< 2% of one core at 100 Hz."]
-    text = "\n".join(out) + "\n"
-    sys.stdout.write(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+            "< 2% of one core at 100 Hz."), a.out)
 
 
 if __name__ == "__main__":

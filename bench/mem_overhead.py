@@ -33,7 +33,7 @@ min-max. Python 3 stdlib only; needs a built tree (./scripts/build.sh).
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cpu_overhead import build_wrapper, machine_facts, sh  # noqa: E402  (same directory: shared timing wrapper)
+from cpu_overhead import build_wrapper, emit_report, machine_facts, sh  # noqa: E402  (same directory: shared timing wrapper)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = {  # name: (path relative to the build dir, full-size args, --quick args, configurations)
@@ -204,8 +204,7 @@ def main():
             print("mem_overhead: temporary files kept in " + tmp, file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    out += ["", "Load average at end: " + " ".join("%.2f" % x for x in os.getloadavg()), "",
-            "Command wall = the whole command (mlprof-run includes collector start-up and, after the program exits, "
+    emit_report(out, ("Command wall = the whole command (mlprof-run includes collector start-up and, after the program exits, "
             "symbolization + writing the profile; heaptrack includes interpreting its trace). Program wall = the "
             "workload process alone, fork to exit, timed by a static wrapper (under heaptrack and massif the "
             "wrapper itself runs under the tool). Ratios: median and range of per-round ratios against the same "
@@ -213,12 +212,7 @@ def main():
             "process's lifetime; dropped = mem_dropped + mem_table_full (largest of the runs). Collector CPU = "
             "RunInfo.collector_cpu_ns / run duration (% of one core, post-processing excluded). Profiler max RSS: "
             "the largest process of the command (wait4), shown when it exceeds the workload's own max RSS and the "
-            "unprofiled command's (wait4 counts the bench's own RSS before exec); otherwise an upper bound."]
-    text = "\n".join(out) + "\n"
-    sys.stdout.write(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+            "unprofiled command's (wait4 counts the bench's own RSS before exec); otherwise an upper bound."), a.out)
 
 
 if __name__ == "__main__":
