@@ -30,11 +30,14 @@ uint64_t LiveTable::mix(uint64_t x) {  // murmur3's fmix64: every input bit reac
 }
 
 bool LiveTable::init() {
-  if (filter_) return true;
+  if (bits_) return true;
   const int saved = errno;
-  filter_ = static_cast<uint8_t*>(sys_map(kFilterSize));
+  void* m = sys_map(kFilterBytes);
   errno = saved;
-  return filter_ != nullptr;
+  if (!m) return false;
+  counts_ = reinterpret_cast<uint32_t*>(static_cast<char*>(m) + kBitmapBytes);
+  __atomic_store_n(&bits_, static_cast<uint64_t*>(m), __ATOMIC_RELEASE);
+  return true;
 }
 
 void LiveTable::destroy() {
@@ -44,8 +47,9 @@ void LiveTable::destroy() {
     s.cap = s.count = 0;
     s.lock.store(0);
   }
-  if (filter_) sys_unmap(filter_, kFilterSize);
-  filter_ = nullptr;
+  if (bits_) sys_unmap(bits_, kFilterBytes);
+  bits_ = nullptr;
+  counts_ = nullptr;
 }
 
 void LiveTable::lock(Stripe& s) {
@@ -60,17 +64,21 @@ void LiveTable::lock(Stripe& s) {
   }
 }
 
+// The bitmap word is written only under this stripe's lock (stripe_of), so a plain
+// read-modify-write suffices; the store is atomic for the lock-free readers.
 void LiveTable::filter_add(uint64_t ptr) {
-  uint8_t* c = &filter_[filter_index(ptr)];
-  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
-  while (v != 255 && !__atomic_compare_exchange_n(c, &v, static_cast<uint8_t>(v + 1), true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  const uint32_t i = filter_index(ptr);
+  if (counts_[i]++ == 0) {
+    uint64_t* w = &bits_[i >> 6];
+    __atomic_store_n(w, *w | (uint64_t{1} << (i & 63)), __ATOMIC_RELEASE);
   }
 }
 
 void LiveTable::filter_sub(uint64_t ptr) {
-  uint8_t* c = &filter_[filter_index(ptr)];
-  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
-  while (v != 255 && v != 0 && !__atomic_compare_exchange_n(c, &v, static_cast<uint8_t>(v - 1), true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  const uint32_t i = filter_index(ptr);
+  if (counts_[i] != 0 && --counts_[i] == 0) {
+    uint64_t* w = &bits_[i >> 6];
+    __atomic_store_n(w, *w & ~(uint64_t{1} << (i & 63)), __ATOMIC_RELAXED);
   }
 }
 
@@ -95,9 +103,9 @@ bool LiveTable::grow(Stripe& s) {
 
 bool LiveTable::insert(uint64_t ptr, uint64_t id, uint64_t* replaced) {
   *replaced = 0;
-  if (!filter_ || ptr == 0) return false;
+  if (!bits_ || ptr == 0) return false;
   const uint64_t h = mix(ptr);
-  Stripe& s = stripes_[h & (kStripes - 1)];
+  Stripe& s = stripe_of(ptr);
   const int saved = errno;
   lock(s);
   if ((s.count + 1) * 2 > s.cap && !grow(s)) {
@@ -141,9 +149,9 @@ bool LiveTable::insert(uint64_t ptr, uint64_t id, uint64_t* replaced) {
 }
 
 uint64_t LiveTable::remove(uint64_t ptr) {
-  if (!filter_ || ptr == 0) return 0;
+  if (!bits_ || ptr == 0) return 0;
   const uint64_t h = mix(ptr);
-  Stripe& s = stripes_[h & (kStripes - 1)];
+  Stripe& s = stripe_of(ptr);
   lock(s);
   if (!s.cap) {
     unlock(s);
@@ -176,9 +184,9 @@ uint64_t LiveTable::remove(uint64_t ptr) {
 }
 
 uint64_t LiveTable::lookup(uint64_t ptr) {
-  if (!filter_ || ptr == 0) return 0;
+  if (!bits_ || ptr == 0) return 0;
   const uint64_t h = mix(ptr);
-  Stripe& s = stripes_[h & (kStripes - 1)];
+  Stripe& s = stripe_of(ptr);
   lock(s);
   uint64_t id = 0;
   if (s.cap) {
@@ -215,7 +223,7 @@ void LiveTable::reset_in_child() {
     s.cap = s.count = 0;
     s.lock.store(0, std::memory_order_relaxed);
   }
-  if (filter_) memset(filter_, 0, kFilterSize);
+  if (bits_) memset(bits_, 0, kFilterBytes);
 }
 
 }  // namespace mlprof::preload::mem

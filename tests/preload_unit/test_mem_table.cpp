@@ -91,28 +91,78 @@ TEST_F(TableTest, FilterHasNoFalseNegativesAndEmptiesAgain) {
   for (uint64_t p : out) ASSERT_FALSE(t.maybe_contains(p));
 }
 
-TEST_F(TableTest, FilterCounterSaturatesAndStaysSet) {
-  // 300 pointers that share one filter counter.
+TEST_F(TableTest, FilterSlotSharedByManyPointersClearsOnlyWithTheLast) {
+  // 300 pointers that share one filter slot (more than a byte counter could hold).
   std::vector<uint64_t> same;
   const uint32_t target = LiveTable::filter_index(0x7f0000000000ull);
   for (uint64_t p = 0x7f0000000000ull; same.size() < 300; p += 16)
     if (LiveTable::filter_index(p) == target) same.push_back(p);
   uint64_t replaced = 0;
   for (size_t i = 0; i < same.size(); ++i) ASSERT_TRUE(t.insert(same[i], i + 1, &replaced));
-  for (size_t i = 0; i < same.size(); ++i) ASSERT_EQ(t.remove(same[i]), i + 1);
-  // Saturated at 255: never decremented again, so the filter still says "maybe" (a lookup then
-  // finds nothing), which costs time but never loses a free.
+  // A neighbour slot in the same bitmap word stays clear.
+  uint64_t neighbour = 0x7f0000000000ull;
+  while (LiveTable::filter_index(neighbour) != (target ^ 1)) neighbour += 16;
+  EXPECT_FALSE(t.maybe_contains(neighbour));
+  for (size_t i = 0; i + 1 < same.size(); ++i) {
+    ASSERT_EQ(t.remove(same[i]), i + 1);
+    ASSERT_TRUE(t.maybe_contains(same.back())) << "cleared with " << same.size() - i - 1 << " left";
+  }
+  ASSERT_EQ(t.remove(same.back()), same.size());
+  EXPECT_FALSE(t.maybe_contains(same[0]));
+  // Removing a pointer that is not there does not disturb the count.
+  ASSERT_TRUE(t.insert(same[0], 1, &replaced));
+  EXPECT_EQ(t.remove(same[1]), 0u);
   EXPECT_TRUE(t.maybe_contains(same[0]));
-  EXPECT_EQ(t.lookup(same[0]), 0u);
-  // Below saturation a counter returns to zero.
-  std::vector<uint64_t> few;
-  const uint32_t other = LiveTable::filter_index(0x7e0000000000ull);
-  for (uint64_t p = 0x7e0000000000ull; few.size() < 200; p += 16)
-    if (LiveTable::filter_index(p) == other) few.push_back(p);
-  ASSERT_NE(other, target);
-  for (size_t i = 0; i < few.size(); ++i) ASSERT_TRUE(t.insert(few[i], i + 1, &replaced));
-  for (uint64_t p : few) t.remove(p);
-  EXPECT_FALSE(t.maybe_contains(few[0]));
+}
+
+TEST_F(TableTest, ConcurrentInsertRemoveOnSharedFilterWordsNeverHidesALivePointer) {
+  // Four threads churn pointers whose filter slots fall in the same few bitmap words; a fifth
+  // keeps one pointer per word live and checks the filter never reports it absent.
+  constexpr int kThreads = 4, kRounds = 20'000;
+  std::vector<uint64_t> keep;
+  std::vector<std::vector<uint64_t>> churn(kThreads);
+  for (uint64_t p = 0x7f0000000000ull; keep.size() < 4 || churn[kThreads - 1].size() < 64; p += 16) {
+    const uint32_t word = LiveTable::filter_index(p) >> 6;
+    if (word >= 4) continue;
+    if (keep.size() < 4 && LiveTable::filter_index(p) % 64 == 0 && word == keep.size()) {
+      keep.push_back(p);
+      continue;
+    }
+    for (auto& c : churn)
+      if (c.size() < 64) {
+        c.push_back(p);
+        break;
+      }
+  }
+  uint64_t replaced = 0;
+  for (size_t i = 0; i < keep.size(); ++i) ASSERT_TRUE(t.insert(keep[i], 1000 + i, &replaced));
+  std::atomic<bool> stop{false};
+  std::atomic<int> misses{0};
+  std::thread checker([&] {
+    while (!stop.load())
+      for (uint64_t p : keep)
+        if (!t.maybe_contains(p)) misses.fetch_add(1);
+  });
+  std::vector<std::thread> ts;
+  for (int k = 0; k < kThreads; ++k)
+    ts.emplace_back([&, k] {
+      uint64_t r = 0;
+      for (int round = 0; round < kRounds; ++round) {
+        const uint64_t p = churn[k][round % churn[k].size()];
+        t.insert(p, 1 + round, &r);
+        t.remove(p);
+      }
+    });
+  for (auto& th : ts) th.join();
+  stop = true;
+  checker.join();
+  EXPECT_EQ(misses.load(), 0);
+  // Every churned pointer is gone again: its slot is clear unless a kept pointer shares it.
+  for (auto& c : churn)
+    for (uint64_t p : c)
+      if (LiveTable::filter_index(p) % 64 != 0) EXPECT_FALSE(t.maybe_contains(p));
+  for (size_t i = 0; i < keep.size(); ++i) EXPECT_EQ(t.remove(keep[i]), 1000 + i);
+  EXPECT_EQ(t.size(), 0u);
 }
 
 TEST_F(TableTest, ConcurrentThreadsKeepTheirOwnEntries) {
