@@ -72,15 +72,24 @@ void wait_for_tables() {
 }
 
 // The stack of the hook's caller (leaf first) and its Python frames, written after the event
-// header. The unwinder starts here and walks through the preload's own frames; everything
-// up to the frame that returns into `caller` is cut off. pcs[0] is then caller - 1: inside the
-// call instruction, so the collector's lookup of frame 0 lands on the calling line.
+// header. The walk starts at the hook's caller (unwind_cfi_caller: the preload's own frames are
+// stepped over by frame pointer); if that finds no frame returning into `caller`, the unwinder
+// starts here and walks through the preload's own frames, and everything up to the frame that
+// returns into `caller` is cut off. pcs[0] is then caller - 1: inside the call instruction, so
+// the collector's lookup of frame 0 lands on the calling line.
 void capture_stack(RawMemEvent* ev, uint64_t caller) {
   auto* pcs = reinterpret_cast<uint64_t*>(ev + 1);
   uint8_t flags = 0;
   ThreadSlot* slot = t_slot;
-  int n = unwind_here_after(slot ? &slot->bounds : nullptr, pcs, kMaxFrames,
-                            [caller](uint64_t pc) { return pc != caller; }, &flags);
+  int n = 0;
+  if (slot && slot->bounds.hi > slot->bounds.lo) {
+    const UnwindResult r = unwind_cfi_caller(slot->bounds, caller, pcs, kMaxFrames);
+    n = r.nframes;
+    flags = r.flags;
+  }
+  if (n == 0)
+    n = unwind_here_after(slot ? &slot->bounds : nullptr, pcs, kMaxFrames,
+                          [caller](uint64_t pc) { return pc != caller; }, &flags);
   if (n == 0) n = 1;  // no stack bounds, or our own frames could not be unwound: the caller only
   pcs[0] = caller - 1;
   const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags);

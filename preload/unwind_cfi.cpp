@@ -146,9 +146,11 @@ namespace {
 // (DirectReader); the writer thread, unwinding another thread, copies through process_vm_readv
 // (CopyReader). fp_valid: whether fp holds the frame's rbp (unknown rbp: rules that need it stop).
 // signal-safe when Reader is
+// leaf_is_return: pc is a return address (its lookup is pc - 1 like every caller frame's), not
+// an interrupted instruction.
 template <class Reader>
 UnwindResult unwind_loop(uint64_t pc, uint64_t sp, uint64_t fp, bool fp_valid, Reader& rd, uint64_t* pcs,
-                         int max_frames) {
+                         int max_frames, bool leaf_is_return = false) {
   UnwindResult res;
   if (max_frames <= 0) return res;
   bool fp_fallback_used = false;
@@ -161,7 +163,7 @@ UnwindResult unwind_loop(uint64_t pc, uint64_t sp, uint64_t fp, bool fp_valid, R
   for (;;) {
     // Return addresses point after the call; the call itself (pc-1) may be the last
     // instruction of a function whose successor has different rules (noreturn calls).
-    uint64_t lookup = n == 1 ? pc : pc - 1;
+    uint64_t lookup = (n == 1 && !leaf_is_return) ? pc : pc - 1;
     range = find_range(snap, lookup, range);
     const Row* row = find_row(range, lookup);
     uint64_t cfa = 0, ra = 0;
@@ -289,6 +291,26 @@ __attribute__((noinline)) UnwindResult unwind_cfi_here(const StackBounds& bounds
   asm volatile("1: lea 1b(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(rip), "=r"(rsp), "=r"(rbp));
   DirectReader rd{bounds};
   return unwind_loop(rip, rsp, rbp, true, rd, pcs, max_frames);
+}
+
+// noinline: its frame is where the frame-pointer walk starts.
+__attribute__((noinline)) UnwindResult unwind_cfi_caller(const StackBounds& bounds, uint64_t caller, uint64_t* pcs,
+                                                         int max_frames) {
+  if (max_frames <= 0 || !cfi_ready()) return {0, wire::kStackUnwindStop};
+  uint64_t fp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+  for (int depth = 0; depth < kMaxOwnFrames; ++depth) {
+    uint64_t next_fp, ra;
+    if (!read_stack(bounds, fp, &next_fp) || !read_stack(bounds, fp + 8, &ra)) break;
+    if (ra == caller) {
+      // The hook's frame: the caller resumes at ra with rsp just above the return address and
+      // its own rbp restored from the hook's saved rbp.
+      DirectReader rd{bounds};
+      return unwind_loop(ra, fp + 16, next_fp, true, rd, pcs, max_frames, true);
+    }
+    if (next_fp <= fp) break;  // the chain must grow towards the stack's base
+    fp = next_fp;
+  }
+  return {0, wire::kStackUnwindStop};
 }
 
 UnwindResult unwind_cfi_regs(uint64_t rip, uint64_t rsp, uint64_t rbp, const StackBounds& bounds, uint64_t* pcs,

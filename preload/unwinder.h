@@ -39,6 +39,14 @@ UnwindResult unwind_cfi_regs(uint64_t rip, uint64_t rsp, uint64_t rbp, const Sta
 // the CFI tables, whatever MLPROF_UNWINDER says: the writer builds them when memory profiling is
 // on. Until the first table is built only the first frame (and one frame-pointer step) is found.
 UnwindResult unwind_cfi_here(const StackBounds& bounds, uint64_t* pcs, int max_frames);
+// NOT signal context: the stack of an interposed function's CALLER, for the memory hooks. The
+// preload is built with frame pointers, so its own frames (this function's, then its callers' up
+// to the hook) are skipped by following the rbp chain until a frame whose return address is
+// `caller` (at most kMaxOwnFrames); the CFI walk starts there, pcs[0] = caller. n = 0 with
+// kStackUnwindStop when no such frame was found or the tables are not built yet (the caller then
+// falls back on unwind_here_after). About 5 CFI lookups fewer per sampled allocation.
+inline constexpr int kMaxOwnFrames = 16;
+UnwindResult unwind_cfi_caller(const StackBounds& bounds, uint64_t caller, uint64_t* pcs, int max_frames);
 // NOT signal context: the stack of a hook's point of interest, for the memory hooks and the GPU
 // callbacks. unwind_cfi_here, then the leading frames for which skip(pc) holds (the preload's own,
 // above that point) are dropped: pcs[0..n) is what is left, leaf first, with the unwinder's flags.

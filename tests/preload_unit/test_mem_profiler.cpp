@@ -234,6 +234,51 @@ TEST_F(MemProfilerTest, StackFromInsideTheHookStartsAtItsCaller) {
   munmap(slot.mem_ring_mem, slot.mem_ring_bytes);
 }
 
+// A hook with a frame pointer (as the preload's are built), calling into a "slow path" that
+// walks from its own frame to the hook's caller.
+UnwindResult g_caller_walk;
+uint64_t g_caller_walk_pcs[kMaxFrames];
+__attribute__((noinline)) void slow_path(const StackBounds* b, uint64_t caller) {
+  g_caller_walk = unwind_cfi_caller(*b, caller, g_caller_walk_pcs, kMaxFrames);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) void fake_hook(const StackBounds* b) {
+  g_hook_ra = reinterpret_cast<uint64_t>(__builtin_return_address(0));
+  slow_path(b, g_hook_ra);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void hook_site(const StackBounds* b) {
+  g_site_ra = reinterpret_cast<uint64_t>(__builtin_return_address(0));
+  fake_hook(b);
+  asm volatile("" ::: "memory");
+}
+
+TEST_F(MemProfilerTest, CallerWalkStepsOverOwnFramesByFramePointer) {
+  ASSERT_TRUE(cfi_refresh_modules());
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_getattr_np(pthread_self(), &attr), 0);
+  void* lo = nullptr;
+  size_t size = 0;
+  pthread_attr_getstack(&attr, &lo, &size);
+  pthread_attr_destroy(&attr);
+  StackBounds b{reinterpret_cast<uintptr_t>(lo), reinterpret_cast<uintptr_t>(lo) + size};
+  hook_site(&b);
+  ASSERT_GE(g_caller_walk.nframes, 3);
+  EXPECT_EQ(g_caller_walk.flags & wire::kStackUnwindStop, 0) << int(g_caller_walk.flags);
+  EXPECT_EQ(g_caller_walk_pcs[0], g_hook_ra);  // the hook's caller, then its callers: same as the CFI walk
+  EXPECT_EQ(g_caller_walk_pcs[1], g_site_ra);
+  // Above hook_site (inside this test body) the stack is this body's: the CFI walk from here
+  // (frame 0 in unwind_cfi_here, frame 1 in this body) has the same frames from its frame 2 on.
+  uint64_t full[kMaxFrames];
+  const UnwindResult r = unwind_cfi_here(b, full, kMaxFrames);
+  ASSERT_EQ(r.nframes, g_caller_walk.nframes);
+  for (int k = 2; k < r.nframes; ++k) EXPECT_EQ(g_caller_walk_pcs[k], full[k]) << k;
+  // A caller that is not on the stack: nothing, so the hook falls back on the full walk.
+  const UnwindResult none = unwind_cfi_caller(b, 0x1234, g_caller_walk_pcs, kMaxFrames);
+  EXPECT_EQ(none.nframes, 0);
+  EXPECT_NE(none.flags & wire::kStackUnwindStop, 0);
+}
+
 TEST_F(MemProfilerTest, AFullRingMakesExactModeWaitForTheWriter) {
   // Fill the fallback ring.
   std::atomic<bool> yes{true};
