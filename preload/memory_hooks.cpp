@@ -1,5 +1,7 @@
 // Interposed allocation and copy functions (exported by the preload MODULE only, like
-// interpose.cpp; tests link the core without them). Each forwards to the next definition
+// interpose.cpp; tests link the core without them). The most frequent ones (malloc, calloc,
+// realloc, free and the copies) enter through memory_entry.cpp's frameless fast paths and come
+// here only when something is to be done (memory_hooks.h). Each forwards to the next definition
 // (dlsym(RTLD_NEXT): glibc's, or tcmalloc's/jemalloc's when such an allocator is preloaded after
 // mlprof) and adds only what memory profiling needs (preload/mem_profiler.h):
 //
@@ -34,35 +36,26 @@
 
 #include "preload/mem_bootstrap.h"
 #include "preload/mem_profiler.h"
+#include "preload/memory_hooks.h"
 
 namespace mem = mlprof::preload::mem;
 using mlprof::wire::AllocKind;
 
+namespace mlprof::preload::hooks {
+Real g_real;
+constinit mem::BootstrapArena g_boot;
+bool g_plain_glibc = false;
+}  // namespace mlprof::preload::hooks
+
+using mlprof::preload::hooks::g_boot;
+using mlprof::preload::hooks::g_plain_glibc;
+using mlprof::preload::hooks::g_real;
+using mlprof::preload::hooks::Real;
+
 namespace {
 
-struct Real {
-  void* (*malloc)(size_t);
-  void* (*calloc)(size_t, size_t);
-  void* (*realloc)(void*, size_t);
-  void (*free)(void*);
-  void* (*memalign)(size_t, size_t);
-  int (*posix_memalign)(void**, size_t, size_t);
-  void* (*aligned_alloc)(size_t, size_t);
-  void* (*valloc)(size_t);
-  void* (*pvalloc)(size_t);
-  size_t (*malloc_usable_size)(void*);
-  void* (*mmap)(void*, size_t, int, int, int, off_t);
-  int (*munmap)(void*, size_t);
-  void* (*mremap)(void*, size_t, size_t, int, ...);
-  void* (*memcpy)(void*, const void*, size_t);
-  void* (*memmove)(void*, const void*, size_t);
-  void* (*memcpy_chk)(void*, const void*, size_t, size_t);
-  void* (*memmove_chk)(void*, const void*, size_t, size_t);
-};
 
-Real g_real;  // published field by field only after every lookup finished
 bool g_resolved = false;  // every lookup was made once (a missing symbol stays nullptr)
-constinit mem::BootstrapArena g_boot;
 __thread bool t_resolving __attribute__((tls_model("initial-exec"))) = false;
 
 template <typename Fn>
@@ -197,7 +190,11 @@ void hooks_init() {
   exclude_own_allocations();
   auto m = get(&g_real.malloc);
   void* glibc = dlsym(RTLD_NEXT, "__libc_malloc");
-  if (!m || reinterpret_cast<void*>(m) == glibc) return;  // glibc's malloc: nothing to exclude
+  if (!m) return;
+  if (reinterpret_cast<void*>(m) == glibc) {  // glibc's malloc: nothing to exclude, fast entries
+    g_plain_glibc = true;
+    return;
+  }
   FindObject f{reinterpret_cast<uintptr_t>(m), 0, 0};
   if (dl_iterate_phdr(find_object, &f) && f.hi > f.lo) {
     g_alloc_lo = f.lo;
@@ -209,15 +206,23 @@ void hooks_init() {
 
 #define MLPROF_EXPORT extern "C" __attribute__((visibility("default")))
 
-MLPROF_EXPORT void* malloc(size_t size) {
+// ---- the slow paths of the fast entries (memory_entry.cpp) --------------------------------------
+
+namespace mlprof::preload::hooks {
+
+__attribute__((noinline)) void* malloc_slow(size_t size, uint64_t caller, bool counted) {
   auto real = get(&g_real.malloc);
   if (__builtin_expect(!real, 0)) return boot_alloc(size, 16);
   MLPROF_FORWARD(real(size));
-  mem::after_alloc(result_, size, AllocKind::kMalloc, MLPROF_CALLER);
+  if (counted) {
+    if (result_) mem::sampled_alloc(result_, size, AllocKind::kMalloc, caller);
+  } else {
+    mem::after_alloc(result_, size, AllocKind::kMalloc, caller);
+  }
   return result_;
 }
 
-MLPROF_EXPORT void* calloc(size_t n, size_t size) {
+__attribute__((noinline)) void* calloc_slow(size_t n, size_t size, uint64_t caller, bool counted) {
   auto real = get(&g_real.calloc);
   if (__builtin_expect(!real, 0)) {
     if (size && n > SIZE_MAX / size) {
@@ -227,11 +232,15 @@ MLPROF_EXPORT void* calloc(size_t n, size_t size) {
     return boot_alloc(n * size, 16);  // .bss, never reused: already zero
   }
   MLPROF_FORWARD(real(n, size));
-  mem::after_alloc(result_, static_cast<uint64_t>(n) * size, AllocKind::kMalloc, MLPROF_CALLER);
+  if (counted) {
+    if (result_) mem::sampled_alloc(result_, static_cast<uint64_t>(n) * size, AllocKind::kMalloc, caller);
+  } else {
+    mem::after_alloc(result_, static_cast<uint64_t>(n) * size, AllocKind::kMalloc, caller);
+  }
   return result_;
 }
 
-MLPROF_EXPORT void free(void* p) {
+__attribute__((noinline)) void free_slow(void* p) {
   if (!p || __builtin_expect(g_boot.contains(p), 0)) return;
   auto real = get(&g_real.free);
   if (__builtin_expect(!real, 0)) return;  // only while resolving: leaked, never misfreed
@@ -239,8 +248,8 @@ MLPROF_EXPORT void free(void* p) {
   real(p);  // a tail call; no guard needed: releasing memory samples nothing
 }
 
-MLPROF_EXPORT void* realloc(void* p, size_t size) {
-  const uint64_t caller = MLPROF_CALLER;
+// counted: p is not a sampled block (the entry's filter said so) and the new block is due.
+__attribute__((noinline)) void* realloc_slow(void* p, size_t size, uint64_t caller, bool counted) {
   if (__builtin_expect(g_boot.contains(p), 0)) {
     // A bootstrap block moves to a fresh block (from the real allocator once resolved); the
     // bootstrap block itself is never freed.
@@ -263,9 +272,15 @@ MLPROF_EXPORT void* realloc(void* p, size_t size) {
   MLPROF_FORWARD(real(p, size));
   // realloc(p, 0) frees p (glibc returns NULL); otherwise NULL means failure and p stays.
   mem::settle_release(p, taken, result_ != nullptr || size == 0);
-  if (size) mem::after_alloc(result_, size, AllocKind::kMalloc, caller);
+  if (counted) {
+    if (result_ && size) mem::sampled_alloc(result_, size, AllocKind::kMalloc, caller);
+  } else if (size) {
+    mem::after_alloc(result_, size, AllocKind::kMalloc, caller);
+  }
   return result_;
 }
+
+}  // namespace mlprof::preload::hooks
 
 MLPROF_EXPORT void* memalign(size_t align, size_t size) {
   auto real = get(&g_real.memalign);
@@ -376,18 +391,29 @@ MLPROF_EXPORT void* mremap(void* old, size_t old_size, size_t new_size, int flag
 
 // ---- copies ----------------------------------------------------------------------------------
 
-MLPROF_EXPORT void* memcpy(void* dst, const void* src, size_t n) {
+namespace mlprof::preload::hooks {
+
+// counted: the copy is due (the entry subtracted it); otherwise the whole hook.
+inline void copy_sample(size_t n, uint64_t caller, bool counted) {
+  if (counted) {
+    mem::sampled_copy(n, caller);
+  } else {
+    mem::before_copy(n, caller);
+  }
+}
+
+__attribute__((noinline)) void* memcpy_slow(void* dst, const void* src, size_t n, uint64_t caller, bool counted) {
   auto real = get(&g_real.memcpy);
   if (__builtin_expect(!real, 0)) {
     void* d = dst;
     copy_bytes(d, src, n);
     return dst;
   }
-  mem::before_copy(n, MLPROF_CALLER);
+  copy_sample(n, caller, counted);
   return real(dst, src, n);
 }
 
-MLPROF_EXPORT void* memmove(void* dst, const void* src, size_t n) {
+__attribute__((noinline)) void* memmove_slow(void* dst, const void* src, size_t n, uint64_t caller, bool counted) {
   auto real = get(&g_real.memmove);
   if (__builtin_expect(!real, 0)) {
     // Overlap-safe without a call: backwards when the destination lies after the source.
@@ -403,20 +429,24 @@ MLPROF_EXPORT void* memmove(void* dst, const void* src, size_t n) {
     }
     return dst;
   }
-  mem::before_copy(n, MLPROF_CALLER);
+  copy_sample(n, caller, counted);
   return real(dst, src, n);
 }
 
-MLPROF_EXPORT void* __memcpy_chk(void* dst, const void* src, size_t n, size_t dst_len) {
+__attribute__((noinline)) void* memcpy_chk_slow(void* dst, const void* src, size_t n, size_t dst_len, uint64_t caller,
+                                                bool counted) {
   auto real = get(&g_real.memcpy_chk);
-  if (__builtin_expect(!real, 0)) return memcpy(dst, src, n);
-  mem::before_copy(n, MLPROF_CALLER);
+  if (__builtin_expect(!real, 0)) return memcpy_slow(dst, src, n, caller, false);
+  copy_sample(n, caller, counted);
   return real(dst, src, n, dst_len);  // the real one reports an overflow and aborts, as before
 }
 
-MLPROF_EXPORT void* __memmove_chk(void* dst, const void* src, size_t n, size_t dst_len) {
+__attribute__((noinline)) void* memmove_chk_slow(void* dst, const void* src, size_t n, size_t dst_len, uint64_t caller,
+                                                 bool counted) {
   auto real = get(&g_real.memmove_chk);
-  if (__builtin_expect(!real, 0)) return memmove(dst, src, n);
-  mem::before_copy(n, MLPROF_CALLER);
+  if (__builtin_expect(!real, 0)) return memmove_slow(dst, src, n, caller, false);
+  copy_sample(n, caller, counted);
   return real(dst, src, n, dst_len);
 }
+
+}  // namespace mlprof::preload::hooks
