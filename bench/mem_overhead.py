@@ -8,6 +8,8 @@ Workload: fixtures/fixture_mem_leak 0 8 OPS (tests/fixtures/mem_leak.cpp with no
 each OPS operations on a window of 64 live blocks: malloc/calloc/realloc of 16 B-16 KiB (rarely
 256 KiB), new[]/delete[], std::string and std::vector growth; everything freed.
   churn        OPS = 6,000,000 per thread (~35 M allocations in all, ~2.4 s unprofiled on the project's VM)
+  churn_small  OPS = 8,000,000 per thread, blocks of 16-256 B only (MAX_SIZE 256): the issue's "tens of
+               millions of small allocations" (tcache-fast in glibc: the hooks' own cost shows most here)
   churn_short  OPS = 1,000,000 per thread (~5.9 M allocations, ~0.3 s): for the configurations that
                record every allocation (mlprof exact mode, heaptrack, massif: minutes on `churn`)
 Configurations (round-robin, the starting one rotating each round, after one untimed warm-up round):
@@ -39,6 +41,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = {  # name: (path relative to the build dir, full-size args, --quick args, configurations)
     "churn": ("fixtures/fixture_mem_leak", ["0", "8", "6000000"], ["0", "8", "600000"],
               ["unprofiled", "mlprof", "mlprof --no-memory", "heaptrack"]),
+    "churn_small": ("fixtures/fixture_mem_leak", ["0", "8", "8000000", "256"], ["0", "8", "600000", "256"],
+                    ["unprofiled", "mlprof", "mlprof --no-memory", "heaptrack"]),
     "churn_short": ("fixtures/fixture_mem_leak", ["0", "8", "1000000"], ["0", "8", "50000"],
                     ["unprofiled", "mlprof", "mlprof exact", "heaptrack", "massif"]),
 }

@@ -143,6 +143,7 @@ struct SettleMemory {
 __attribute__((constructor)) void mlprof_preload_init() {
   mem::Guard guard;  // the preload's own allocations are not the program's
   SettleMemory settle;
+  mem::hooks_init();  // even when nothing is profiled: the hooks forward fastest once it ran
   load_config(g_cfg, report);
   if (!g_cfg.enabled) return;
   g_pid = getpid();
@@ -154,7 +155,7 @@ __attribute__((constructor)) void mlprof_preload_init() {
   if (!init_unwinder()) report("no unwinder available: stacks hold the interrupted pc only");
   if (g_cfg.memory) {
     if (mem::init(g_cfg.mem_interval, g_cfg.copy_interval))
-      mem::hooks_init();
+      mem::exclude_own_allocations();
     else
       report("cannot map memory for the memory profiler's tables; memory profiling is off");
   }

@@ -54,10 +54,11 @@ inline constexpr int64_t kIdleBytes = int64_t{64} << 20;
 // Constructor: sets up the table and the fallback ring for these intervals. false when memory
 // cannot be mapped (memory profiling then stays off).
 bool init(uint64_t interval, uint64_t copy_interval);
-// Constructor (defined by memory_hooks.cpp, in the preload module only): notes what the
-// interposed functions need to know about the real allocator (a malloc replacement's code range).
+// Constructor, first thing, whatever is profiled (defined by memory_hooks.cpp, in the preload
+// module only): notes what the interposed functions need to know about the real allocator: glibc's
+// (the fast entries may forward directly, memory_hooks.h), or a malloc replacement's code range.
 void hooks_init();
-// Constructor (from hooks_init): allocations made by the preload's own code (its static
+// Constructor, when memory profiling is on: allocations made by the preload's own code (its static
 // libstdc++'s exception pool) are not recorded. Not called by tests linking the core directly.
 void exclude_own_allocations();
 // Constructor, at its end: unless recording was turned on, memory profiling is off for good in

@@ -30,13 +30,12 @@ uint64_t LiveTable::mix(uint64_t x) {  // murmur3's fmix64: every input bit reac
 }
 
 bool LiveTable::init() {
-  if (bits_) return true;
+  if (counts_) return true;
   const int saved = errno;
-  void* m = sys_map(kFilterBytes);
+  void* m = sys_map(kCountBytes);
   errno = saved;
   if (!m) return false;
-  counts_ = reinterpret_cast<uint32_t*>(static_cast<char*>(m) + kBitmapBytes);
-  __atomic_store_n(&bits_, static_cast<uint64_t*>(m), __ATOMIC_RELEASE);
+  __atomic_store_n(&counts_, static_cast<uint32_t*>(m), __ATOMIC_RELEASE);
   return true;
 }
 
@@ -47,9 +46,9 @@ void LiveTable::destroy() {
     s.cap = s.count = 0;
     s.lock.store(0);
   }
-  if (bits_) sys_unmap(bits_, kFilterBytes);
-  bits_ = nullptr;
+  if (counts_) sys_unmap(counts_, kCountBytes);
   counts_ = nullptr;
+  memset(bits_, 0, sizeof bits_);
 }
 
 void LiveTable::lock(Stripe& s) {
@@ -103,7 +102,7 @@ bool LiveTable::grow(Stripe& s) {
 
 bool LiveTable::insert(uint64_t ptr, uint64_t id, uint64_t* replaced) {
   *replaced = 0;
-  if (!bits_ || ptr == 0) return false;
+  if (!counts_ || ptr == 0) return false;
   const uint64_t h = mix(ptr);
   Stripe& s = stripe_of(ptr);
   const int saved = errno;
@@ -149,7 +148,7 @@ bool LiveTable::insert(uint64_t ptr, uint64_t id, uint64_t* replaced) {
 }
 
 uint64_t LiveTable::remove(uint64_t ptr) {
-  if (!bits_ || ptr == 0) return 0;
+  if (!counts_ || ptr == 0) return 0;
   const uint64_t h = mix(ptr);
   Stripe& s = stripe_of(ptr);
   lock(s);
@@ -184,7 +183,7 @@ uint64_t LiveTable::remove(uint64_t ptr) {
 }
 
 uint64_t LiveTable::lookup(uint64_t ptr) {
-  if (!bits_ || ptr == 0) return 0;
+  if (!counts_ || ptr == 0) return 0;
   const uint64_t h = mix(ptr);
   Stripe& s = stripe_of(ptr);
   lock(s);
@@ -223,7 +222,8 @@ void LiveTable::reset_in_child() {
     s.cap = s.count = 0;
     s.lock.store(0, std::memory_order_relaxed);
   }
-  if (bits_) memset(bits_, 0, kFilterBytes);
+  if (counts_) memset(counts_, 0, kCountBytes);
+  memset(bits_, 0, sizeof bits_);
 }
 
 }  // namespace mlprof::preload::mem

@@ -51,9 +51,8 @@ class LiveTable {
   uint64_t lookup(uint64_t ptr);
   // False when ptr is certainly not in the table: the free fast path.
   bool maybe_contains(uint64_t ptr) const {
-    const uint64_t* b = bits_;
     const uint32_t i = filter_index(ptr);
-    return b && ((__atomic_load_n(&b[i >> 6], __ATOMIC_RELAXED) >> (i & 63)) & 1) != 0;
+    return ((__atomic_load_n(&bits_[i >> 6], __ATOMIC_RELAXED) >> (i & 63)) & 1) != 0;
   }
   size_t size() const;
 
@@ -87,10 +86,11 @@ class LiveTable {
   void filter_add(uint64_t ptr);
   void filter_sub(uint64_t ptr);
 
-  static constexpr size_t kBitmapBytes = kFilterSize / 8;
-  static constexpr size_t kFilterBytes = kBitmapBytes + kFilterSize * sizeof(uint32_t);
-  uint64_t* bits_ = nullptr;    // kFilterSize bits; the fast path reads them
-  uint32_t* counts_ = nullptr;  // kFilterSize counts, after the bitmap in the same mapping
+  static constexpr size_t kCountBytes = kFilterSize * sizeof(uint32_t);
+  // kFilterSize bits, inside the object (g_mem is static: the fast path's load has a link-time
+  // address, no pointer to load first). All zero until the first insert.
+  alignas(64) uint64_t bits_[kFilterSize / 64] = {};
+  uint32_t* counts_ = nullptr;  // kFilterSize counts, mapped by init (nullptr: every insert fails)
   Stripe stripes_[kStripes];
 };
 

@@ -187,7 +187,6 @@ void* aligned_common(size_t align, size_t size, void* (*real)(size_t, size_t), u
 namespace mlprof::preload::mem {
 
 void hooks_init() {
-  exclude_own_allocations();
   auto m = get(&g_real.malloc);
   void* glibc = dlsym(RTLD_NEXT, "__libc_malloc");
   if (!m) return;
