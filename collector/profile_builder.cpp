@@ -601,7 +601,7 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
     };
     samples += get("samples");
     ticks += get("ticks");
-    if (proc.end_reason == profile::EndReason::kTruncated)
+    if (proc.end_reason == profile::EndReason::kTruncated && !(opts.stopped_pid != 0 && proc.pid == opts.stopped_pid))
       p.warnings.push_back(fmt::format("process {} ({}) ended without a clean end of its event stream (killed or crashed): "
                                        "its profile holds what was collected until then",
                                        proc.pid, proc.argv.empty() ? proc.exe : proc.argv[0]));

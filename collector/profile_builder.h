@@ -14,6 +14,10 @@ struct BuildOptions {
   // Sum the trackers' window figures (MemoryTracker::set_window) per profile stack into
   // Profile::serving.sites (mlprof-run --requests); serving.present is left to the caller.
   bool memory_window = false;
+  // The command's process, when mlprof-run itself stopped it (--duration, end of the serving load:
+  // a flush of every stream, then SIGTERM): its stream ending without END is expected, not a
+  // warning (RunInfo::extra["stopped_by"] says how it was stopped). 0: none.
+  uint32_t stopped_pid = 0;
 };
 
 // `run` carries what the caller knows about the run (command, times, rate, exit status...).

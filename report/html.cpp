@@ -27,6 +27,7 @@ std::vector<std::pair<std::string, std::string>> summary_facts(const Profile& pr
   f.emplace_back("Duration",
                  r.end_ns > r.start_ns ? detail::format_duration_ns(r.end_ns - r.start_ns) : "-");
   f.emplace_back("Exit status", detail::exit_status_text(r.exit_status));
+  if (auto it = r.extra.find("stopped_by"); it != r.extra.end()) f.emplace_back("Stopped by", it->second);
   f.emplace_back("Processes", fmt::format("{}", prof.processes.size()));
   f.emplace_back("Threads", fmt::format("{}", prof.threads.size()));
   detail::RunCounters c = detail::run_counters(prof);

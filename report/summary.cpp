@@ -88,7 +88,11 @@ std::string header(const Profile& prof, const Style& st, uint32_t m, int64_t gra
   std::string dur = prof.run.end_ns > prof.run.start_ns
                         ? detail::format_duration_ns(prof.run.end_ns - prof.run.start_ns)
                         : std::string("-");
-  kv("Duration:", fmt::format("{} (exit status {})", dur, detail::exit_status_text(prof.run.exit_status)));
+  if (auto it = prof.run.extra.find("stopped_by"); it != prof.run.extra.end())
+    kv("Duration:", fmt::format("{} (exit status {}: stopped by {})", dur, detail::exit_status_text(prof.run.exit_status),
+                                it->second));
+  else
+    kv("Duration:", fmt::format("{} (exit status {})", dur, detail::exit_status_text(prof.run.exit_status)));
   kv("Processes:", fmt::format("{}", prof.processes.size()));
   kv("Threads:", fmt::format("{}", prof.threads.size()));
   detail::RunCounters c = detail::run_counters(prof);

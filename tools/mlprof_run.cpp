@@ -339,6 +339,16 @@ int main(int argc, char** argv) {
 
   run.end_ns = clock_ns();
   run.exit_status = status_to_code(child_status);
+  // mlprof-run stopped the command itself (after flushing every stream): say so, and its stream's
+  // missing END is no warning. A command that caught SIGTERM and exited on its own ended cleanly.
+  const bool stopped_here = phase >= 2 && WIFSIGNALED(child_status) &&
+                            (WTERMSIG(child_status) == SIGTERM || WTERMSIG(child_status) == SIGKILL);
+  if (stopped_here) {
+    const char* why = serving ? "at the end of the serving load" : "after --duration";
+    run.extra["stopped_by"] = WTERMSIG(child_status) == SIGKILL
+                                  ? fmt::format("mlprof-run (SIGKILL {}: SIGTERM was ignored for 5 s)", why)
+                                  : fmt::format("mlprof-run (SIGTERM {}, once the event streams were flushed)", why);
+  }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   run.collector_cpu_ns = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
@@ -353,6 +363,7 @@ int main(int argc, char** argv) {
   int64_t build_start = clock_ns();
   collector::BuildOptions build_opts;
   build_opts.memory_window = serving;
+  if (stopped_here) build_opts.stopped_pid = static_cast<uint32_t>(child.pid);
   profile::Profile prof = collector::build_profile(streams, run, build_opts);
   const int serving_rc = session ? session->finish(prof) : 0;
   for (auto& w : server_warnings) prof.warnings.push_back(w);

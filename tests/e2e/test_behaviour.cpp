@@ -57,6 +57,11 @@ TEST(Behaviour, DurationStopsANeverEndingProgramAndKeepsItsProfile) {
   int64_t cpu_us = function_self(prof.profile, "behave_hot");
   EXPECT_GE(cpu_us, 300000);  // about a second of CPU; at least part of a loaded core
   EXPECT_GT(prof.profile.run.end_ns - prof.profile.run.start_ns, 900000000);
+  // Stopped on purpose after a flush: said so, and no "killed or crashed" warning.
+  ASSERT_EQ(prof.profile.run.extra.count("stopped_by"), 1u);
+  EXPECT_NE(prof.profile.run.extra.at("stopped_by").find("SIGTERM after --duration"), std::string::npos);
+  for (auto& w : prof.profile.warnings) EXPECT_EQ(w.find("without a clean end"), std::string::npos) << w;
+  EXPECT_EQ(prof.profile.processes[0].end_reason, profile::EndReason::kTruncated);
 }
 
 TEST(Behaviour, SignalsSentToMlprofRunReachTheProgram) {
