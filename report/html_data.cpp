@@ -12,6 +12,7 @@
 #include "report/html_timeline.h"
 #include "report/json_export.h"
 #include "report/memory_sites.h"
+#include "report/html_serving.h"
 #include "report/serving_json.h"
 #include "report/source.h"
 
@@ -144,6 +145,11 @@ json report_data(const Profile& prof) {
   d["flame"] = flame_data(prof);
   d["source"] = source_data(prof);
   d["serving"] = serving_json<json>(prof);  // the Serving section (null without --requests)
+  if (d["serving"].is_object()) {
+    // The page gets the requests bucketed (html_serving.h), not one entry each.
+    d["serving"].erase("requests");
+    d["serving"]["series"] = serving_series(prof);
+  }
   d["timelines"] = timeline_data(prof);
   return d;
 }

@@ -18,7 +18,12 @@ std::string pct(int64_t part, int64_t whole) {
   return whole > 0 ? fmt::format("{:.0f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole)) : "0%";
 }
 std::string cores(int64_t millicores) { return fmt::format("{:.1f}", millicores / 1000.0); }
-std::string ms(int64_t ns) { return fmt::format("{:.1f} ms", ns / 1e6); }
+// A latency with 2-3 significant digits: "46 us", "1.4 ms", "250 ms".
+std::string ms(int64_t ns) {
+  if (ns < 1'000'000) return fmt::format("{:.0f} us", ns / 1e3);
+  if (ns < 100'000'000) return fmt::format("{:.1f} ms", ns / 1e6);
+  return fmt::format("{:.0f} ms", ns / 1e6);
+}
 std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // mlprof HTML report: the Serving section (mlprof-run --requests; data.serving, the same object as
-// `mlprof export --format json`'s "serving", docs/json-format.md): the cloud profile's figures and
+// `mlprof export --format json`'s "serving", docs/json-format.md, except that the per-request
+// arrays are replaced by `series`, bucketed in C++: report/html_serving.h): the cloud profile's figures and
 // the recommendation, advice, latency over time and its histogram, throughput, the service's CPU
 // and memory over the run, and the per-request tables of the steady window.
 (function () {
@@ -14,42 +15,9 @@
   function ms(v) { return v === null || v === undefined ? "-" : M.fmt.duration(v * MS); }
   function num(v, digits) { return v === null || v === undefined ? "-" : Number(v).toFixed(digits); }
 
-  // Nearest-rank percentile of a sorted array (the definition docs/serving.md uses).
-  function percentile(sorted, p) {
-    if (!sorted.length) return 0;
-    const rank = Math.max(1, Math.ceil((p / 100) * sorted.length));
-    return sorted[Math.min(rank, sorted.length) - 1];
-  }
-
-  // Requests bucketed by start time: p50/p99 latency (answered requests only) and completions
-  // per second; about 100 buckets over the load.
-  function buckets(req, t0, t1) {
-    const n = Math.min(120, Math.max(10, Math.round(req.start_ms.length / 20)));
-    const width = Math.max((t1 - t0) / n, 1);
-    const lat = [], done = [];
-    for (let i = 0; i < n; i++) { lat.push([]); done.push(0); }
-    for (let i = 0; i < req.start_ms.length; i++) {
-      const b = Math.min(n - 1, Math.max(0, Math.floor((req.start_ms[i] - t0) / width)));
-      if (req.status[i] > 0) lat[b].push(req.latency_ms[i]);
-      const e = Math.min(n - 1, Math.max(0, Math.floor((req.start_ms[i] + req.latency_ms[i] - t0) / width)));
-      done[e] += 1;
-    }
-    const p50 = [], p99 = [], qps = [];
-    for (let i = 0; i < n; i++) {
-      const t = (t0 + i * width) * MS;
-      const s = lat[i].sort(function (a, b) { return a - b; });
-      if (s.length) {
-        p50.push([t, percentile(s, 50) * 1000]);  // us
-        p99.push([t, percentile(s, 99) * 1000]);
-      }
-      qps.push([t, done[i] / (width / 1000)]);
-    }
-    return { p50: p50, p99: p99, qps: qps };
-  }
-
   function render(host, data) {
     const s = data.serving;
-    const req = s.requests || { start_ms: [], latency_ms: [], status: [] };
+    const series = s.series;  // bucketed in C++ (report/html_serving.h)
 
     if (s.outcome !== "completed")
       host.appendChild(M.el("p", { cls: "note error", text: "The replay did not complete (" + s.outcome + "): " + (s.error || "") }));
@@ -78,23 +46,27 @@
       host.appendChild(M.el("ul", { cls: "advice" }, s.advice.map(function (a) { return M.el("li", { text: a }); })));
     }
 
-    if (req.start_ms.length) {
-      const t0 = s.times_ms.load_start || req.start_ms[0];
-      const t1 = s.times_ms.load_end || (req.start_ms[req.start_ms.length - 1] + req.latency_ms[req.latency_ms.length - 1]);
-      const b = buckets(req, t0, t1);
+    if (series && series.requests) {
       M.charts.timeline(host, {
-        title: "Latency over the run (by request start)",
-        series: [{ name: "p50", unit: "us", points: b.p50 }, { name: "p99", unit: "us", points: b.p99 }],
+        title: "Latency over the run (by request start; " + num(series.bucket_ms, 0) + " ms buckets)",
+        series: [
+          { name: "p50", unit: "us", points: series.latency.map(function (b) { return [b[0], b[1]]; }) },
+          { name: "p99", unit: "us", points: series.latency.map(function (b) { return [b[0], b[2]]; }) },
+        ],
         xMax: data.timelines && data.timelines.duration_ns,
       });
       M.charts.timeline(host, {
         title: "Throughput (completed requests per second)",
-        series: [{ name: "req/s", unit: "count", points: b.qps }], step: true,
+        series: [{ name: "req/s", unit: "count", points: series.throughput }], step: true,
         xMax: data.timelines && data.timelines.duration_ns,
       });
-      const answered = [];
-      for (let i = 0; i < req.latency_ms.length; i++) if (req.status[i] > 0) answered.push(req.latency_ms[i] * 1000);
-      if (answered.length) M.charts.histogram(host, { title: "Latency histogram (answered requests)", values: answered, unit: "us", bins: 40 });
+      if (series.histogram.length) {
+        M.charts.histogram(host, {
+          title: "Latency histogram (" + series.answered + " answered requests)",
+          bins: series.histogram,
+          unit: "us",
+        });
+      }
     }
 
     const res = s.resources || [];
@@ -136,7 +108,11 @@
         { title: "site", cls: "name", key: function (r) { return r.site.toLowerCase(); }, text: function (r) { return r.site; } },
       ], per.sites, { sortIndex: 0, descending: true, showAll: false }).render();
     }
-    M.test.serving = { requests: req.start_ms.length, lines: per.lines.length, sites: per.sites.length };
+    M.test.serving = {
+      requests: series ? series.requests : 0, answered: series ? series.answered : 0,
+      histogram_total: series ? series.histogram.reduce(function (a, b) { return a + b.count; }, 0) : 0,
+      buckets: series ? series.throughput.length : 0, lines: per.lines.length, sites: per.sites.length,
+    };
   }
 
   M.sections.push({ id: "serving", title: "Serving", order: 5, render: render, when: function (d) { return !!d.serving; } });

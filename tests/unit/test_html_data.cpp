@@ -10,6 +10,7 @@
 #include "report/html.h"
 #include "report/html_flame.h"
 #include "report/html_hints.h"
+#include "report/html_serving.h"
 #include "report/html_source.h"
 #include "report/html_timeline.h"
 #include "report/report.h"
@@ -348,4 +349,50 @@ TEST(HtmlData, PageHasTheModulesInOrderAndTheHosts) {
   EXPECT_NE(html.find("<div id=\"sections\"></div>"), std::string::npos);
   EXPECT_NE(html.find("<div id=\"hints\" class=\"hints\"></div>"), std::string::npos);
   EXPECT_NE(html.find("<dt>Cores used</dt>"), std::string::npos);
+}
+
+TEST(HtmlServing, RequestsAreBucketedNotEmbeddedOneByOne) {
+  Profile p;
+  p.run.start_ns = 1'000'000'000;
+  auto& s = p.serving;
+  s.present = true;
+  s.load_start_ns = p.run.start_ns + 100'000'000;  // the load runs 100 ms .. 1100 ms of the run
+  s.load_end_ns = s.load_start_ns + 1'000'000'000;
+  // 1000 requests, one per ms; latency 1 ms except every 100th (10 ms); every 10th fails (status 0).
+  for (int i = 0; i < 1000; ++i) {
+    const bool slow = i % 100 == 99;
+    s.requests.push_back({s.load_start_ns + i * 1'000'000LL, slow ? 10'000'000LL : 1'000'000LL, i % 10 == 3 ? 0 : 200});
+  }
+  const json series = report::serving_series(p);
+  ASSERT_TRUE(series.is_object());
+  EXPECT_EQ(series["requests"], 1000);
+  EXPECT_EQ(series["answered"], 900);
+  // 1000 / 20 = 50 buckets of 20 ms from t = 100 ms.
+  EXPECT_DOUBLE_EQ(series["bucket_ms"].get<double>(), 20.0);
+  EXPECT_DOUBLE_EQ(series["t0_ms"].get<double>(), 100.0);
+  ASSERT_EQ(series["latency"].size(), 50u);
+  ASSERT_EQ(series["throughput"].size(), 50u);
+  // Bucket 4 holds requests 80..99 by start: 18 answered, one of them (99) slow. p50 1 ms, p99 10 ms
+  // (nearest rank 18 of 18); bucket 0 has no slow request: p99 1 ms.
+  EXPECT_EQ(series["latency"][4][0], 180'000'000);
+  EXPECT_DOUBLE_EQ(series["latency"][4][1].get<double>(), 1000.0);
+  EXPECT_DOUBLE_EQ(series["latency"][4][2].get<double>(), 10000.0);
+  EXPECT_DOUBLE_EQ(series["latency"][0][2].get<double>(), 1000.0);
+  // Completions: 20 per 20 ms bucket = 1000/s, except where the slow ones move across buckets.
+  double completed = 0;
+  for (const auto& b : series["throughput"]) completed += b[1].get<double>() * 0.020;
+  EXPECT_NEAR(completed, 1000.0, 1e-6);
+  EXPECT_DOUBLE_EQ(series["throughput"][1][1].get<double>(), 1000.0);
+  // The histogram counts every answered request once: 890 fast, 10 slow (i % 100 == 99 never fails).
+  uint64_t total = 0;
+  for (const auto& b : series["histogram"]) total += b["count"].get<uint64_t>();
+  EXPECT_EQ(total, 900u);
+  EXPECT_EQ(series["histogram"].front()["count"], 890);
+  EXPECT_EQ(series["histogram"].back()["count"], 10);
+  // The page's data carries the series, not the 1000 requests.
+  const json d = report::report_data(p);
+  EXPECT_FALSE(d["serving"].contains("requests"));
+  EXPECT_EQ(d["serving"]["series"]["requests"], 1000);
+  // No serving run: null.
+  EXPECT_TRUE(report::serving_series(Profile{}).is_null());
 }
