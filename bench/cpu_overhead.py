@@ -6,7 +6,8 @@ Usage: bench/cpu_overhead.sh [--runs N] [--workloads cpu_ratio,native_inference,
 
 For each workload, every round runs each configuration once (round-robin, the starting
 configuration rotating each round, after one untimed warm-up round), so drift hits all alike:
-  unprofiled | mlprof-run --rate 100 | --rate 1000 | --rate 100 --mode wall | --rate 1000 with MLPROF_TIMER=timer |
+  unprofiled | mlprof-run --rate 100 | --rate 1000 | --rate 100 --mode wall | the two 100 Hz ones with --no-memory |
+  --rate 1000 with MLPROF_TIMER=timer |
   --rate 100 --unwinder libunwind |
   gperftools CPUPROFILE_FREQUENCY=100 | =1000 | perf record -g -F 99 (if `perf record` works here).
 Two walls are measured per run:
@@ -101,6 +102,9 @@ def configs(build, perf_note):
         ("mlprof 100 Hz", "mlprof", ml("--rate", "100"), None, None),
         ("mlprof 1000 Hz", "mlprof", ml("--rate", "1000"), None, None),
         ("mlprof 100 Hz wall", "mlprof", ml("--rate", "100", "--mode", "wall"), None, None),
+        # CPU sampling alone (mlprof-run profiles memory too by default): the issue-3 figure.
+        ("mlprof 100 Hz no-memory", "mlprof", ml("--rate", "100", "--no-memory"), None, None),
+        ("mlprof 100 Hz wall no-memory", "mlprof", ml("--rate", "100", "--mode", "wall", "--no-memory"), None, None),
         # The issue's design: POSIX CPU-time timers, tick-limited like gperftools, missed ticks weighted.
         ("mlprof 1000 Hz timer", "mlprof", ml("--rate", "1000"), lambda f: {"MLPROF_TIMER": "timer"}, None),
         ("mlprof 100 Hz libunwind", "mlprof", ml("--rate", "100", "--unwinder", "libunwind"), None, None),
