@@ -1,38 +1,48 @@
 #!/usr/bin/env bash
-# Serving overhead (docs/benchmarks.md): throughput and p99 of the example service
-# (examples/serve_http.py) under the same closed-loop load, with mlprof (CPU + memory profiling on)
-# and without it (--no-profile: same load loop, same measurements, no preload). Alternates the two
-# ROUNDS times and prints each run and the medians. Usage:
-#   bench/serving_overhead.sh [ROUNDS=3] [REQUESTS=2000] [CONCURRENCY=2]
+# Serving overhead (docs/benchmarks.md): throughput and p50/p99 latency of the example service
+# (examples/serve_http.py) under the same closed-loop load, with mlprof (CPU + memory profiling on,
+# the default), with mlprof --no-memory (CPU only), and without it (--no-profile: same load loop,
+# same measurements, no preload). Each round runs the three in turn, the starting one rotating;
+# prints each run and the medians of the per-round ratios. Usage:
+#   bench/serving_overhead.sh [ROUNDS=5] [REQUESTS=3000] [CONCURRENCY=2]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MLPROF_BUILD_DIR:-$root/build}/bin
-rounds=${1:-3} requests=${2:-2000} conc=${3:-2}
+rounds=${1:-5} requests=${2:-3000} conc=${3:-2}
 port=${MLPROF_BENCH_PORT:-18090}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-run() {  # $1 = label, rest = extra mlprof-run options
+run() {  # $1 = label, rest = extra mlprof-run options; prints "label qps p50_ms p99_ms"
   local label=$1; shift
   "$bin/mlprof-run" -q --no-html -o "$tmp/$label.mlprof" "$@" --requests "$root/examples/requests.txt" \
     --url "http://127.0.0.1:$port/score" --max-requests "$requests" --warmup 100 --concurrency "$conc" -- \
-    /usr/bin/python3 "$root/examples/serve_http.py" --port "$port"
+    /usr/bin/python3 "$root/examples/serve_http.py" --port "$port" 2>/dev/null
   "$bin/mlprof" export "$tmp/$label.mlprof" --format json |
-    python3 -c 'import json,sys; s=json.load(sys.stdin)["serving"]; print(s["measuredQueriesPerSecond"], s["latencyPercentile99InMs"])'
+    python3 -c 'import json,sys; s=json.load(sys.stdin)["serving"]; print(sys.argv[1], s["measuredQueriesPerSecond"], s["latencyPercentile50InMs"], s["latencyPercentile99InMs"])' "$label"
 }
-declare -a base prof
+labels=(base full cpu)
+opts_base=(--no-profile) opts_full=() opts_cpu=(--no-memory)
 for ((i = 0; i < rounds; i++)); do
-  b=$(run base --no-profile); p=$(run prof)
-  echo "round $i  without: qps p99_ms = $b   with mlprof: $p"
-  base+=("$b"); prof+=("$p")
+  for ((k = 0; k < 3; k++)); do
+    l=${labels[$(((i + k) % 3))]}
+    case $l in
+      base) run base "${opts_base[@]}" ;;
+      full) run full ;;
+      cpu) run cpu "${opts_cpu[@]}" ;;
+    esac
+  done | sort | tee -a "$tmp/runs.txt" | sed "s/^/round $i: /"
 done
-printf '%s\n' "${base[@]}" >"$tmp/base.txt"; printf '%s\n' "${prof[@]}" >"$tmp/prof.txt"
-python3 - "$tmp/base.txt" "$tmp/prof.txt" <<'PY'
-import statistics, sys
-def load(p):
-    rows = [tuple(map(float, l.split())) for l in open(p) if l.strip()]
-    return statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
-bq, bp = load(sys.argv[1]); pq, pp = load(sys.argv[2])
-print(f"median without mlprof: {bq:.1f} req/s, p99 {bp:.2f} ms")
-print(f"median with mlprof:    {pq:.1f} req/s, p99 {pp:.2f} ms")
-print(f"throughput ratio {pq / bq:.3f} (target >= 0.97), p99 ratio {pp / bp:.3f} (target <= 1.05)")
+python3 - "$tmp/runs.txt" <<'PY'
+import collections, statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+by = collections.defaultdict(list)
+for r in rows: by[r[0]].append(tuple(map(float, r[1:])))
+n = len(by["base"])
+def ratios(label, k): return [by[label][i][k] / by["base"][i][k] for i in range(n)]
+med = lambda xs: statistics.median(xs)
+print(f"median without mlprof: {med(r[0] for r in by['base']):.1f} req/s, p50 {med(r[1] for r in by['base']):.2f} ms, p99 {med(r[2] for r in by['base']):.2f} ms")
+for label, name in (("full", "mlprof (CPU + memory)"), ("cpu", "mlprof --no-memory")):
+    q, p50, p99 = ratios(label, 0), ratios(label, 1), ratios(label, 2)
+    print(f"{name}: throughput ratio {med(q):.3f} ({min(q):.3f}-{max(q):.3f}, target >= 0.97), "
+          f"p50 ratio {med(p50):.3f}, p99 ratio {med(p99):.3f} ({min(p99):.3f}-{max(p99):.3f}, target <= 1.05)")
 PY
