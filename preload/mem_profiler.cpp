@@ -77,7 +77,7 @@ void wait_for_tables() {
 // starts here and walks through the preload's own frames, and everything up to the frame that
 // returns into `caller` is cut off. pcs[0] is then caller - 1: inside the call instruction, so
 // the collector's lookup of frame 0 lands on the calling line.
-void capture_stack(RawMemEvent* ev, uint64_t caller) {
+void capture_stack(RawMemEvent* ev, uint64_t caller, bool* new_code) {
   auto* pcs = reinterpret_cast<uint64_t*>(ev + 1);
   uint8_t flags = 0;
   ThreadSlot* slot = t_slot;
@@ -92,7 +92,7 @@ void capture_stack(RawMemEvent* ev, uint64_t caller) {
                           [caller](uint64_t pc) { return pc != caller; }, &flags);
   if (n == 0) n = 1;  // no stack bounds, or our own frames could not be unwound: the caller only
   pcs[0] = caller - 1;
-  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags);
+  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, new_code);
   ev->nframes = static_cast<uint16_t>(n);
   ev->npy = static_cast<uint8_t>(npy);
   ev->flags = flags;
@@ -157,7 +157,8 @@ void record_alloc(void* p, uint64_t size, uint64_t weight, wire::AllocKind kind,
     return;
   }
   memset(ev, 0, sizeof *ev);
-  capture_stack(ev, caller);
+  bool new_code = false;
+  capture_stack(ev, caller, &new_code);
   const uint64_t id = next_alloc_id();
   uint64_t replaced = 0;
   if (!g_mem.table.insert(reinterpret_cast<uint64_t>(p), id, &replaced)) {
@@ -173,6 +174,7 @@ void record_alloc(void* p, uint64_t size, uint64_t weight, wire::AllocKind kind,
   ev->kind = static_cast<uint8_t>(EventKind::kAlloc);
   ev->alloc_kind = static_cast<uint8_t>(kind);
   es.commit(event_len(ev));
+  if (new_code) wake_writer();
   // The address was still recorded for an allocation whose release we did not see (it happened
   // under the guard): that one is gone.
   if (replaced) emit_free(replaced);
@@ -188,13 +190,15 @@ void record_copy(uint64_t size, uint64_t weight, uint64_t caller) {
     return;
   }
   memset(ev, 0, sizeof *ev);
-  capture_stack(ev, caller);
+  bool new_code = false;
+  capture_stack(ev, caller, &new_code);
   ev->t_ns = t;
   ev->size = size;
   ev->weight = weight;
   ev->tid = current_tid();
   ev->kind = static_cast<uint8_t>(EventKind::kCopy);
   es.commit(event_len(ev));
+  if (new_code) wake_writer();
 }
 
 }  // namespace

@@ -153,6 +153,7 @@ void refresh_pid_in_child() { g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)
 constexpr uint32_t kCodeCacheBits = 10;
 struct CodeCacheEntry {
   std::atomic<uint64_t> tag{0}, val{0};
+  std::atomic<uint32_t> fp{0};  // the fingerprint last sampled at this address (0: none yet)
 };
 CodeCacheEntry g_code_cache[1u << kCodeCacheBits];
 constexpr uint64_t kCodeValid = 1ULL << 63;
@@ -173,8 +174,19 @@ bool code_cache_get(uint64_t addr, uint64_t* val) {
 
 void code_cache_put(uint64_t addr, uint64_t val) {  // signal-safe
   CodeCacheEntry& e = g_code_cache[code_slot(addr)];
+  e.fp.store(0, std::memory_order_relaxed);
   e.val.store(val, std::memory_order_relaxed);
   e.tag.store(addr ^ val, std::memory_order_relaxed);
+}
+
+// signal-safe. Records fp as the fingerprint last sampled at addr; true when it differs from the
+// one recorded before: another code object now lives at a freed one's address (pymalloc reuses
+// them at once during imports), which the writer must read while it lives, like a new one.
+bool code_cache_fp_changed(uint64_t addr, uint32_t fp) {
+  CodeCacheEntry& e = g_code_cache[code_slot(addr)];
+  const uint64_t v = e.val.load(std::memory_order_relaxed);
+  if ((v & kCodeValid) == 0 || e.tag.load(std::memory_order_relaxed) != (addr ^ v)) return false;
+  return e.fp.exchange(fp, std::memory_order_relaxed) != fp;
 }
 
 template <typename T>
@@ -292,7 +304,7 @@ void set_fp(RawPyFrame& o, uint32_t fp) {  // signal-safe
 // *failed when a read failed or a check did not hold.
 // signal-safe
 int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int max, const Span* first_extra,
-                bool* extra_ok, bool* failed) {
+                bool* extra_ok, bool* failed, bool* new_code) {
   const Layout& l = s.layout;
   const int32_t flen = frame_read_len(l);
   Window win;
@@ -412,6 +424,7 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
       }
       code_val = kCodeValid | (static_cast<uint64_t>(firsttraceable) << 32) | static_cast<uint64_t>(units);
       code_cache_put(f.code, code_val);
+      *new_code = true;
     }
 
     if (shim) {
@@ -525,9 +538,9 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
 
   // 3. The frames.
   int n = 0;
-  bool failed = false;
+  bool failed = false, new_code = false;
   if (frame != 0) {
-    n = walk_frames(pid, s, frame, out, max, gil != 0 ? &gil_span : nullptr, &gil_ok, &failed);
+    n = walk_frames(pid, s, frame, out, max, gil != 0 ? &gil_span : nullptr, &gil_ok, &failed, &new_code);
     // 3.11/3.12 eval-loop entry sets tstate->cframe = &cframe a few instructions before
     // cframe.current_frame (an uninitialized local until then): a walk that fails on its very
     // first frame is retried from the previous cframe, which still holds the caller's frames
@@ -535,7 +548,7 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
     if (failed && n == 0 && prev_cframe != 0 && (prev_cframe & 7) == 0) {
       uint64_t cur = 0;
       if (read_one(pid, prev_cframe + static_cast<uint64_t>(l.cframe_current_frame), &cur, sizeof cur) && cur != 0)
-        n = walk_frames(pid, s, cur, out, max, nullptr, nullptr, &failed);
+        n = walk_frames(pid, s, cur, out, max, nullptr, nullptr, &failed, &new_code);
     }
   } else if (gil != 0) {
     gil_ok = read_spans(pid, &gil_span, 1) == 1;
@@ -543,7 +556,13 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
   if (gil_ok && load<int32_t>(gil_buf, l.gil_locked - gil_lo) != 0 &&
       load<uint64_t>(gil_buf, l.gil_last_holder - gil_lo) == tstate)
     flags |= kSampleGilHeld;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t fp = static_cast<uint32_t>(out[i].fp[0]) | static_cast<uint32_t>(out[i].fp[1]) << 8 |
+                        static_cast<uint32_t>(out[i].fp[2]) << 16;
+    if (fp != 0 && code_cache_fp_changed(out[i].code, fp)) new_code = true;
+  }
   if (failed) flags |= kSampleWalkFailed;
+  if (new_code) flags |= kSampleNewCode;
   *sample_flags = flags;
   return n;
 }

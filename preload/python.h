@@ -33,6 +33,8 @@ enum SampleFlags : uint8_t {
   kSampleHasPython = 1,  // the thread has a Python thread state
   kSampleGilHeld = 2,    // the thread held the GIL when interrupted
   kSampleWalkFailed = 4, // the frame chain was inconsistent (a read failed or a check did not hold)
+  kSampleNewCode = 8,    // a code object not in the walker's cache was among the frames: the writer
+                         // should read it soon (an imported module's <module> code lives for ms)
 };
 
 struct Interpreter {

@@ -87,7 +87,8 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
   if (r.flags & wire::kStackUnwindStop) slot->unwind_stopped.fetch_add(1, std::memory_order_relaxed);
   if (in_syscall(pcs[0])) r.flags |= wire::kStackInSyscall;
 
-  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + r.nframes), &r.flags);
+  bool new_code = false;
+  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + r.nframes), &r.flags, &new_code);
 
   hdr->t_ns = t_ns;
   hdr->weight = weight;
@@ -97,6 +98,7 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
   slot->ring.commit(static_cast<uint32_t>(sizeof(RawSample) + r.nframes * sizeof(uint64_t) +
                                           npy * sizeof(python::RawPyFrame)));
   slot->samples.fetch_add(1, std::memory_order_relaxed);
+  if (new_code) wake_writer();
   errno = saved_errno;
 }
 

@@ -35,15 +35,26 @@ extern SamplerState g_sampler;
 // supported CPython is present, with their wire flags (kStackHasPython, kStackGilHeld,
 // kStackPyWalkFailed) added to *flags; how many were written (0 without Python). Every stack
 // capture (signal handler, memory hooks, GPU callbacks) puts them right after its native pcs.
-inline int python_frames(python::RawPyFrame* out, uint8_t* flags) {
+// *new_code (when given) is set when a code object the walker had not seen is among the frames:
+// the caller then calls wake_writer() once its event is committed.
+inline int python_frames(python::RawPyFrame* out, uint8_t* flags, bool* new_code = nullptr) {
   if (!g_sampler.python.load(std::memory_order_relaxed)) return 0;
   uint8_t pyflags = 0;
   const int n = python::walk(out, kMaxPyFrames, &pyflags);
   if (pyflags & python::kSampleHasPython) *flags |= wire::kStackHasPython;
   if (pyflags & python::kSampleGilHeld) *flags |= wire::kStackGilHeld;
   if (pyflags & python::kSampleWalkFailed) *flags |= wire::kStackPyWalkFailed;
+  if (new_code && (pyflags & python::kSampleNewCode)) *new_code = true;
   return n;
 }
+
+// signal-safe. Asks the writer for a cycle now rather than at its next 10 ms tick: a sample just
+// committed names a code object the writer has not read, and short-lived code (an imported
+// module's <module> code, an exec'd string) is freed within milliseconds; read after that, the
+// frame could only be named "<code object freed before it was read>". A futex word, no file
+// descriptor (a program that closes every descriptor cannot make us write into its files);
+// one FUTEX_WAKE syscall when the writer is not already due; errno kept.
+void wake_writer();
 
 // Installs the handler for signo (SA_SIGINFO | SA_RESTART | SA_ONSTACK). Fails, with a message in
 // *why, when the application already handles that signal.

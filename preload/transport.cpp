@@ -112,6 +112,18 @@ int Transport::wait_command(int timeout_ms) {
   return -1;
 }
 
+int Transport::poll_command() {
+  if (fd_ < 0 || !socket_) return -1;
+  uint8_t b;
+  ssize_t r = recv(fd_, &b, 1, MSG_DONTWAIT);
+  if (r == 1) return b;
+  if (r == 0) {  // collector closed its end
+    failure_ = "the collector went away";
+    close();
+  }
+  return -1;
+}
+
 void Transport::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;

@@ -18,6 +18,8 @@ class Transport {
   bool send(const uint8_t* data, size_t n);
   // Waits up to timeout_ms for a command byte from the collector. Returns the byte, or -1.
   int wait_command(int timeout_ms);
+  // A command byte from the collector if one is waiting, else -1; never blocks.
+  int poll_command();
   void close();
   // In a fork child: forget the parent's connection without shutting it down for the parent.
   void abandon();

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -68,6 +70,37 @@ inline uint64_t mix(uint64_t h, uint64_t v) {
 bool Writer::open_transport(int64_t mono) {
   if (cfg_.socket_path[0]) return transport_.open_socket(cfg_.socket_path);
   return transport_.open_file(cfg_.output_dir, getpid(), mono);
+}
+
+namespace {
+std::atomic<uint32_t> g_wake{0};  // 1: a cycle was asked for (wake_writer); the futex word
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+uint32_t* wake_word() { return reinterpret_cast<uint32_t*>(&g_wake); }
+}  // namespace
+
+// signal-safe
+void wake_writer() {
+  if (g_wake.exchange(1, std::memory_order_acq_rel) != 0) return;  // already asked for
+  const int saved = errno;
+  syscall(SYS_futex, wake_word(), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  errno = saved;
+}
+
+// Until the next cycle is due: timeout_ms, a command from the collector, or (Python processes)
+// wake_writer(). Returns the command byte, or -1.
+int Writer::wait(int timeout_ms) {
+  if (!g_sampler.python.load(std::memory_order_relaxed)) return transport_.wait_command(timeout_ms);
+  // A futex cannot wait for the socket too: commands are looked at before and after, and the
+  // wait is at most one cycle (a flush from the collector is answered within kCycleMs).
+  int cmd = transport_.poll_command();
+  if (cmd >= 0) return cmd;
+  if (timeout_ms > kCycleMs) timeout_ms = kCycleMs;
+  if (g_wake.load(std::memory_order_acquire) == 0) {
+    struct timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+    syscall(SYS_futex, wake_word(), FUTEX_WAIT_PRIVATE, 0, &ts, nullptr, 0);
+  }
+  g_wake.store(0, std::memory_order_release);
+  return transport_.poll_command();
 }
 
 bool Writer::start(int64_t start_realtime_ns, int64_t start_mono_ns, int64_t period_ns) {
@@ -143,7 +176,7 @@ void Writer::loop() {
     // A long wall period (low MLPROF_RATE) must not space MEM_USAGE records more than 100 ms
     // apart: the cycle is woken early (a wall tick that is not due does nothing).
     if (mem::enabled() && timeout > kCycleMs) timeout = kCycleMs;
-    int cmd = transport_.wait_command(timeout);
+    int cmd = wait(timeout);
     pthread_mutex_lock(&mu_);
     if (ended_ || stop_.load(std::memory_order_acquire)) {
       pthread_mutex_unlock(&mu_);
@@ -262,8 +295,10 @@ void Writer::send_modules(bool force) {
     // GPU launch callbacks too, once CUPTI is being attached.
     const gpu::Phase gp = gpu::g_gpu.phase.load(std::memory_order_acquire);
     if (cfg_.unwinder == UnwinderKind::kCfi || wall_mode() || mem::enabled() || gp == gpu::Phase::kAttaching ||
-        gp == gpu::Phase::kOn)
-      cfi_refresh_modules();
+        gp == gpu::Phase::kOn) {
+      if (force || !cfi_ready()) cfi_refresh_modules();  // the first tables: nothing to wait for
+      else cfi_refresh_due_ = true;                         // at the end of this cycle
+    }
   }
   // Another library may now occupy the addresses of an unloaded one: the same pcs would then mean
   // other code, so stack ids start afresh.
@@ -500,6 +535,10 @@ void Writer::cycle(bool final) {
   pending_messages_.clear();
   pthread_mutex_unlock(&msg_mu_);
   flush_out();
+  if (cfi_refresh_due_) {
+    cfi_refresh_due_ = false;
+    if (!final) cfi_refresh_modules();  // the last cycle: nothing will be unwound any more
+  }
 }
 
 void Writer::send_counters() {

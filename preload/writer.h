@@ -78,6 +78,7 @@ class Writer : private WallSink {
   void emit_sample(uint32_t tid, uint64_t stack_id, int64_t t_ns, uint32_t weight);
   bool wall_mode() const;
   int cycle_timeout_ms();
+  int wait(int timeout_ms);  // until the next cycle: timeout, a collector command, or wake_writer()
   // WallSink
   uint64_t wall_stack(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py,
                       uint8_t npy) override {
@@ -98,6 +99,10 @@ class Writer : private WallSink {
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> modules_dirty_{true};
+  // Modules came or went: the CFI tables are rebuilt at the END of the cycle, after the rings
+  // were drained (building them for a large new library takes tens of ms, during which the code
+  // objects that pending Python samples point at, e.g. an imported module's <module> code, die).
+  bool cfi_refresh_due_ = false;
   bool ended_ = false;
   int64_t start_realtime_ns_ = 0, start_mono_ns_ = 0, period_ns_ = 0;
   int64_t last_sample_ns_ = 0;

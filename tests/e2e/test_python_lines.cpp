@@ -1,6 +1,7 @@
 // Python line numbers and processes against ground truth: tests/fixtures/python/lines.py burns on
 // one marked line in each kind of code (multi-line statement, decorator, comprehension,
-// generator, async, zip import, exec); multiproc.py burns in multiprocessing children.
+// generator, async, zip import, exec); short_modules.py in short-lived module code;
+// multiproc.py burns in multiprocessing children.
 #include <map>
 #include <set>
 
@@ -39,6 +40,25 @@ TEST_P(PythonLines, EachKindOfCodeGetsItsExactLine) {
   EXPECT_GE((lines[{zip_file, 4}]), expect_us * 3 / 10) << zip_file;
   // exec() of source compiled as "<generated>": the marker is its line 3.
   EXPECT_GE((lines[{"<generated>", 3}]), expect_us * 3 / 10);
+}
+
+// Module-level code lives only while its import runs (4 ms per module here, less than the
+// writer's 10 ms cycle): its frames must still be named, with their own file and line.
+TEST_P(PythonLines, ShortLivedModuleCodeIsNamed) {
+  Profiled run = profile_run({GetParam().path, kDir + "short_modules.py", "120", "4"});
+  ASSERT_TRUE(run.ok);
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.err;
+  const size_t at = run.result.out.find("busy_cpu_ms ");
+  ASSERT_NE(at, std::string::npos) << run.result.out;
+  const int64_t busy_us = static_cast<int64_t>(std::stod(run.result.out.substr(at + 12)) * 1000);
+  int64_t in_modules = 0;
+  for (auto& [key, us] : python_lines(run.profile)) {
+    const std::string base = key.first.substr(key.first.rfind('/') + 1);
+    if (base.rfind("short_mod_", 0) == 0) in_modules += us;
+  }
+  const int64_t freed = function_total(run.profile, "<code object freed before it was read>");
+  EXPECT_GE(in_modules, busy_us * 6 / 10) << "busy " << busy_us << " us, unnamed " << freed << " us";
+  EXPECT_LE(freed, busy_us * 2 / 10) << "busy " << busy_us << " us";
 }
 
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonLines, ::testing::ValuesIn(supported_interpreters()),
