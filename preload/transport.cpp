@@ -102,14 +102,7 @@ int Transport::wait_command(int timeout_ms) {
   struct pollfd p = {fd_, POLLIN, 0};
   int rc = poll(&p, 1, timeout_ms);
   if (rc <= 0) return -1;
-  uint8_t b;
-  ssize_t r = recv(fd_, &b, 1, MSG_DONTWAIT);
-  if (r == 1) return b;
-  if (r == 0) {  // collector closed its end
-    failure_ = "the collector went away";
-    close();
-  }
-  return -1;
+  return poll_command();
 }
 
 int Transport::poll_command() {

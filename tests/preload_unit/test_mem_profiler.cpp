@@ -44,6 +44,17 @@ std::vector<Event> drain(Ring& ring) {
   return out;
 }
 
+// The calling thread's stack range (empty when pthread cannot tell).
+StackBounds own_stack() {
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return {};
+  void* lo = nullptr;
+  size_t size = 0;
+  pthread_attr_getstack(&attr, &lo, &size);
+  pthread_attr_destroy(&attr);
+  return StackBounds{reinterpret_cast<uintptr_t>(lo), reinterpret_cast<uintptr_t>(lo) + size};
+}
+
 uint64_t g_hook_ra = 0;  // where fake_malloc returned to, last time
 uint64_t g_site_ra = 0;  // where alloc_site returned to
 
@@ -204,14 +215,8 @@ TEST_F(MemProfilerTest, StackFromInsideTheHookStartsAtItsCaller) {
   ASSERT_TRUE(cfi_refresh_modules());
   ThreadSlot slot;  // a registered thread, without its timer
   slot.tid = static_cast<uint32_t>(syscall(SYS_gettid));
-  pthread_attr_t attr;
-  ASSERT_EQ(pthread_getattr_np(pthread_self(), &attr), 0);
-  void* lo = nullptr;
-  size_t size = 0;
-  pthread_attr_getstack(&attr, &lo, &size);
-  pthread_attr_destroy(&attr);
-  slot.bounds.lo = reinterpret_cast<uintptr_t>(lo);
-  slot.bounds.hi = slot.bounds.lo + size;
+  slot.bounds = own_stack();
+  ASSERT_GT(slot.bounds.hi, slot.bounds.lo);
   t_slot = &slot;
   void* p = alloc_site(64);
   const uint64_t hook_ra = g_hook_ra;
@@ -255,13 +260,8 @@ __attribute__((noinline)) void hook_site(const StackBounds* b) {
 
 TEST_F(MemProfilerTest, CallerWalkStepsOverOwnFramesByFramePointer) {
   ASSERT_TRUE(cfi_refresh_modules());
-  pthread_attr_t attr;
-  ASSERT_EQ(pthread_getattr_np(pthread_self(), &attr), 0);
-  void* lo = nullptr;
-  size_t size = 0;
-  pthread_attr_getstack(&attr, &lo, &size);
-  pthread_attr_destroy(&attr);
-  StackBounds b{reinterpret_cast<uintptr_t>(lo), reinterpret_cast<uintptr_t>(lo) + size};
+  const StackBounds b = own_stack();
+  ASSERT_GT(b.hi, b.lo);
   hook_site(&b);
   ASSERT_GE(g_caller_walk.nframes, 3);
   EXPECT_EQ(g_caller_walk.flags & wire::kStackUnwindStop, 0) << int(g_caller_walk.flags);
