@@ -257,6 +257,16 @@ void emit_activity(const RawGpuActivity& a, const char* name) {
 // Kernel10, Memcpy6, Memset4, Memory4, Synchronization2); the fields read here sit at the same
 // offsets in the versions other CUPTI releases emit: NOT verified against a real GPU yet
 // (docs/gpu.md, "Record layouts").
+// The fields kernel, memcpy and memset records share (same names in each CUPTI struct).
+template <class Record>
+void copy_span(const Record* r, RawGpuActivity* a) {
+  a->correlation = r->correlationId;
+  a->start = r->start;
+  a->end = r->end;
+  a->device = r->deviceId;
+  a->stream = r->streamId;
+}
+
 void convert(const CUpti_Activity* rec) {
   RawGpuActivity a;
   memset(&a, 0, sizeof a);
@@ -267,11 +277,7 @@ void convert(const CUpti_Activity* rec) {
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
       a.kind = static_cast<uint8_t>(K::kKernel);
-      a.correlation = k->correlationId;
-      a.start = k->start;
-      a.end = k->end;
-      a.device = k->deviceId;
-      a.stream = k->streamId;
+      copy_span(k, &a);
       a.grid[0] = static_cast<uint32_t>(k->gridX);
       a.grid[1] = static_cast<uint32_t>(k->gridY);
       a.grid[2] = static_cast<uint32_t>(k->gridZ);
@@ -284,11 +290,7 @@ void convert(const CUpti_Activity* rec) {
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
       a.kind = static_cast<uint8_t>(K::kMemcpy);
-      a.correlation = m->correlationId;
-      a.start = m->start;
-      a.end = m->end;
-      a.device = m->deviceId;
-      a.stream = m->streamId;
+      copy_span(m, &a);
       a.bytes = m->bytes;
       a.copy_kind = copy_kind(m->copyKind);
       break;
@@ -296,11 +298,7 @@ void convert(const CUpti_Activity* rec) {
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
       a.kind = static_cast<uint8_t>(K::kMemset);
-      a.correlation = m->correlationId;
-      a.start = m->start;
-      a.end = m->end;
-      a.device = m->deviceId;
-      a.stream = m->streamId;
+      copy_span(m, &a);
       a.bytes = m->bytes;
       break;
     }
