@@ -22,14 +22,9 @@ using mlprof::profile::Profile;
 using nlohmann::json;
 namespace report = mlprof::report;
 
-namespace {
+using mlprof::report_test::intern;
 
-uint32_t intern(Profile& p, const std::string& s) {
-  for (uint32_t i = 0; i < p.strings.size(); ++i)
-    if (p.strings[i] == s) return i;
-  p.strings.push_back(s);
-  return static_cast<uint32_t>(p.strings.size() - 1);
-}
+namespace {
 
 // Children of `node` in a flame tree: frame name -> value of metric m.
 std::map<std::string, int64_t> children(const json& flame, const json& tree, int node, int m = 0) {

@@ -14,14 +14,12 @@ namespace mlprof::report_test {
 
 using namespace mlprof::profile;
 
-namespace {
 uint32_t intern(Profile& p, const std::string& s) {
   for (uint32_t i = 0; i < p.strings.size(); ++i)
     if (p.strings[i] == s) return i;
   p.strings.push_back(s);
   return static_cast<uint32_t>(p.strings.size() - 1);
 }
-}  // namespace
 
 Profile make_report_profile() {
   Profile p;
