@@ -28,14 +28,7 @@
     host.appendChild(canvas);
     function size() {
       const w = Math.max(200, host.clientWidth || 600);
-      const dpr = window.devicePixelRatio || 1;
-      canvas.width = Math.round(w * dpr);
-      canvas.height = Math.round(height * dpr);
-      canvas.style.width = w + "px";
-      canvas.style.height = height + "px";
-      const ctx = canvas.getContext("2d");
-      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-      return { ctx: ctx, w: w, h: height };
+      return { ctx: M.sizeCanvas(canvas, w, height), w: w, h: height };
     }
     return { canvas: canvas, size: size };
   }

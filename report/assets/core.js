@@ -61,6 +61,19 @@
   }
   M.fmt = { duration: duration, bytes: bytes, count: count, value: value, percent: percent };
 
+  // Sizes a canvas to width x height CSS pixels at the device's pixel ratio; returns its 2D
+  // context, scaled so that drawing is in CSS pixels.
+  M.sizeCanvas = function (canvas, width, height) {
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.round(width * dpr);
+    canvas.height = Math.round(height * dpr);
+    canvas.style.width = width + "px";
+    canvas.style.height = height + "px";
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    return ctx;
+  };
+
   M.basename = function (path) {
     const i = path.lastIndexOf("/");
     return i < 0 || i === path.length - 1 ? path : path.slice(i + 1);

@@ -264,13 +264,7 @@
       const width = Math.max(300, canvasWrap.clientWidth || 900);
       const drawn = layout(T, width);
       const height = (layoutDepth + 1) * ROW;
-      const dpr = window.devicePixelRatio || 1;
-      canvas.width = Math.round(width * dpr);
-      canvas.height = Math.round(height * dpr);
-      canvas.style.width = width + "px";
-      canvas.style.height = height + "px";
-      const ctx = canvas.getContext("2d");
-      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      const ctx = M.sizeCanvas(canvas, width, height);
       ctx.clearRect(0, 0, width, height);
       ctx.font = "12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace";
       ctx.textBaseline = "middle";
