@@ -186,7 +186,11 @@ bool code_cache_fp_changed(uint64_t addr, uint32_t fp) {
   CodeCacheEntry& e = g_code_cache[code_slot(addr)];
   const uint64_t v = e.val.load(std::memory_order_relaxed);
   if ((v & kCodeValid) == 0 || e.tag.load(std::memory_order_relaxed) != (addr ^ v)) return false;
-  return e.fp.exchange(fp, std::memory_order_relaxed) != fp;
+  // Written only when it changed: the entries are shared by every thread's samples, and a store
+  // per frame per sample would bounce their cache lines between cores.
+  if (e.fp.load(std::memory_order_relaxed) == fp) return false;
+  e.fp.store(fp, std::memory_order_relaxed);
+  return true;
 }
 
 template <typename T>
