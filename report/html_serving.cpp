@@ -5,22 +5,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "profile/percentile.h"
+#include "report/serving_json.h"
+
 namespace mlprof::report {
-namespace {
-
-// Nearest rank: the smallest value with at least p% of the values at or below it.
-double percentile(const std::vector<int64_t>& sorted, double p) {
-  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  rank = std::clamp<size_t>(rank, 1, sorted.size());
-  return static_cast<double>(sorted[rank - 1]);
-}
-
-double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
-
-}  // namespace
 
 nlohmann::json serving_series(const profile::Profile& p) {
   using nlohmann::json;
+  using serving_detail::round3;
   const profile::Serving& s = p.serving;
   if (!s.present || s.requests.empty()) return json(nullptr);
   const int64_t run0 = p.run.start_ns;
@@ -55,7 +47,7 @@ nlohmann::json serving_series(const profile::Profile& p) {
     const int64_t t = t0 - run0 + static_cast<int64_t>(i) * width;
     if (!lat[i].empty()) {
       std::sort(lat[i].begin(), lat[i].end());
-      latency.push_back({t, round3(percentile(lat[i], 50) / 1e3), round3(percentile(lat[i], 99) / 1e3)});
+      latency.push_back({t, round3(profile::percentile(lat[i], 50) / 1e3), round3(profile::percentile(lat[i], 99) / 1e3)});
     }
     throughput.push_back({t, round3(static_cast<double>(done[i]) * 1e9 / static_cast<double>(width))});
   }

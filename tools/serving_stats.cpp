@@ -5,15 +5,6 @@
 
 namespace mlprof::tools {
 
-int64_t percentile(const std::vector<int64_t>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  const double n = static_cast<double>(sorted.size());
-  // A tiny tolerance so q*n that is an integer in exact arithmetic is not pushed up by rounding.
-  size_t rank = static_cast<size_t>(std::ceil(q / 100.0 * n - 1e-9));
-  rank = std::clamp<size_t>(rank, 1, sorted.size());
-  return sorted[rank - 1];
-}
-
 void fill_latency_fields(profile::Serving& s) {
   s.total_queries = s.requests.size();
   s.success_queries = 0;

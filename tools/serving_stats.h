@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "profile/model.h"
+#include "profile/percentile.h"
 
 namespace mlprof::tools {
 
-// Nearest-rank percentile of `sorted` (ascending), q in (0, 100]; 0 when empty.
-int64_t percentile(const std::vector<int64_t>& sorted, double q);
+using profile::percentile;  // nearest rank (profile/percentile.h)
 
 // Fills total/success queries, average latency, p50..p99.9 and measured QPS of `s` from
 // s.requests, s.warmup and s.window_start_ns/window_end_ns.
