@@ -121,22 +121,8 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
       w.fd = -1;
       return;
     }
-    const int64_t prev_cpu = w.cpu_ns;
     w.cpu_ns = cpu;
     if (st.running) {
-      // It woke since its previous tick. When that tick came late (a writer delayed on a busy
-      // machine: two periods or more) and the thread was blocked then, the whole periods of
-      // off-CPU time (elapsed minus the CPU time it used since) are put where it was blocked;
-      // otherwise a sleep that ended while the writer was held up would lose its last periods.
-      // On-time ticks keep the plain rule (a wake within the period is not split).
-      if (periods >= 2 && w.pc != 0 && id != 0 && w.stack_gen == gen && prev_cpu >= 0 && cpu >= prev_cpu) {
-        const int64_t off = periods * period_ns_ - (cpu - prev_cpu);
-        const int64_t n = off / period_ns_;
-        if (n > 0) {
-          ++wait_samples;
-          sink.wall_sample(s->tid, id, now, static_cast<uint32_t>(n > UINT32_MAX ? UINT32_MAX : n));
-        }
-      }
       w.pc = w.sp = 0;
       return;
     }
