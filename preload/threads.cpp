@@ -111,8 +111,9 @@ void ThreadRegistry::retire_current(int64_t now_ns) {
 }
 
 void ThreadRegistry::release(ThreadSlot* s) {
-  if (s->wall.fd >= 0) close(s->wall.fd);  // in a fork child: the parent's thread's file
-  s->wall.fd = -1;
+  if (s->wall.fd >= 0) close(s->wall.fd);  // in a fork child: the parent's thread's files
+  if (s->wall.sched_fd >= 0) close(s->wall.sched_fd);
+  s->wall.fd = s->wall.sched_fd = -1;
   if (s->ring_mem) munmap(s->ring_mem, kRingBytes);
   s->ring_mem = nullptr;
   s->ring.init(nullptr, 0);

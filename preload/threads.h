@@ -19,9 +19,12 @@ enum SlotState : uint32_t { kSlotFree = 0, kSlotClaimed = 1, kSlotActive = 2, kS
 // Wall mode, per thread, writer side only (preload/wall_sampler.cpp).
 struct WallThreadState {
   int fd = -1;               // /proc/self/task/TID/syscall, kept open (closed by release())
+  int sched_fd = -1;         // /proc/self/task/TID/schedstat, likewise
   int64_t accounted_ns = 0;  // wall time up to which this thread's ticks are accounted
   uint64_t pc = 0, sp = 0;   // where it was blocked at its previous tick (0: not blocked)
   int64_t cpu_ns = -1;       // its CPU time then
+  int64_t delay_ns = -1;     // its run-queue delay then (schedstat; -1: unknown)
+  int64_t blocked_tick_ns = 0;  // the last tick that counted it blocked there
   uint64_t stack_id = 0;     // the stack sent for it then
   uint64_t stack_gen = 0;    // the writer's stack-id generation that id belongs to
 };

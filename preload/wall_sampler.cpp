@@ -53,10 +53,63 @@ int64_t thread_cpu_ns(uint32_t tid) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-int open_syscall_file(uint32_t tid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/self/task/%u/syscall", tid);
-  return open(path, O_RDONLY | O_CLOEXEC);
+// Reads /proc/self/task/TID/<name> through *fd, opened on first use and kept open. Returns the
+// length read (0 or less: nothing). When the text may not be that file's (parse failed), call
+// forget_task_file.
+ssize_t read_task_file(int* fd, uint32_t tid, const char* name, char* buf, size_t size) {
+  if (*fd < 0) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%u/%s", tid, name);
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) return -1;  // out of descriptors, or the thread is gone
+  }
+  ssize_t n = pread(*fd, buf, size - 1, 0);
+  buf[n > 0 ? n : 0] = '\0';
+  return n;
+}
+
+// What was read is not what our file says: the thread is exiting (ESRCH: keep the descriptor,
+// the slot retires soon and closes it), or the program closed our descriptor and its number now
+// names one of its own files. Forget the number without closing it (that could close the
+// program's file) unless it is still a procfs file; a later tick opens the file again.
+void forget_task_file(int* fd, ssize_t n, int err) {
+  if (n < 0 && err == ESRCH) return;
+  struct stat sb;
+  if (fstat(*fd, &sb) == 0 && major(sb.st_dev) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0) close(*fd);
+  *fd = -1;
+}
+
+// The thread's run-queue delay (time runnable but waiting for a core), the second number of
+// /proc/self/task/TID/schedstat ("cpu_ns run_delay_ns timeslices"); -1 when unavailable.
+int64_t thread_run_delay_ns(WallThreadState& w, uint32_t tid) {
+  char buf[96];
+  ssize_t n = read_task_file(&w.sched_fd, tid, "schedstat", buf, sizeof buf);
+  if (w.sched_fd < 0) return -1;
+  int64_t cpu, delay;
+  const char* p = n > 0 ? parse_number(buf, false, &cpu) : nullptr;
+  p = p ? parse_number(p, false, &delay) : nullptr;
+  if (!p) {
+    forget_task_file(&w.sched_fd, n, errno);
+    return -1;
+  }
+  return delay;
+}
+
+// A thread found running that its previous counted tick (at w.blocked_tick_ns) found blocked:
+// how many of the `periods` being accounted were still that wait. Off-CPU time since that tick is
+// the elapsed time minus the CPU time it used minus its run-queue delay (both measured since its
+// blocked stack was read; delay it had while a reused tick already counted it is subtracted
+// again, which errs short). Rounded to whole periods. Without schedstat (unknown delay) none:
+// time runnable behind busy cores would be counted as waiting.
+uint32_t resumed_wait_periods(WallThreadState& w, uint32_t tid, int64_t now, int64_t cpu, int64_t periods,
+                              int64_t period_ns) {
+  if (w.delay_ns < 0 || cpu < w.cpu_ns) return 0;
+  const int64_t delay = thread_run_delay_ns(w, tid);
+  if (delay < w.delay_ns) return 0;
+  const int64_t off = (now - w.blocked_tick_ns) - (cpu - w.cpu_ns) - (delay - w.delay_ns);
+  if (off <= 0) return 0;
+  const int64_t k = (off + period_ns / 2) / period_ns;
+  return static_cast<uint32_t>(k < periods ? k : periods);
 }
 
 }  // namespace
@@ -102,30 +155,29 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   const uint64_t gen = sink.stack_generation();
   uint64_t id = w.stack_id;
   if (cpu < 0 || cpu != w.cpu_ns || w.pc == 0 || id == 0 || w.stack_gen != gen) {
-    if (w.fd < 0) {
-      w.fd = open_syscall_file(s->tid);
-      if (w.fd < 0) return;  // out of descriptors, or the thread is gone: no wait sample this time
-    }
     char buf[256];
     ++reads;
-    ssize_t n = pread(w.fd, buf, sizeof buf - 1, 0);
+    ssize_t n = read_task_file(&w.fd, s->tid, "syscall", buf, sizeof buf);
+    if (w.fd < 0) return;  // no wait sample this time
     SyscallState st;
-    if (n > 0) buf[n] = '\0';
     if (n <= 0 || !parse_syscall_line(buf, &st)) {
-      // Not what our file says: the thread is exiting (ESRCH), or the program closed our
-      // descriptor and its number now names one of its own files. Forget the number without
-      // closing it (that could close the program's file); a later tick opens the file again.
-      struct stat sb;
-      if (n < 0 && errno == ESRCH) return;  // exiting: the slot retires soon and closes it
-      if (fstat(w.fd, &sb) == 0 && major(sb.st_dev) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0) close(w.fd);
-      w.fd = -1;
+      forget_task_file(&w.fd, n, errno);
+      return;
+    }
+    if (st.running) {
+      // It woke since a tick that found it blocked: the periods since then that it spent neither
+      // on a CPU nor runnable waiting for one were the rest of that wait (a late tick would
+      // otherwise drop them).
+      const bool was_blocked = w.pc != 0 && id != 0 && w.stack_gen == gen;
+      const uint32_t rest = was_blocked ? resumed_wait_periods(w, s->tid, now, cpu, periods, period_ns_) : 0;
+      w.cpu_ns = cpu;
+      w.pc = w.sp = 0;
+      if (rest == 0) return;
+      ++wait_samples;
+      sink.wall_sample(s->tid, id, now, rest);
       return;
     }
     w.cpu_ns = cpu;
-    if (st.running) {
-      w.pc = w.sp = 0;
-      return;
-    }
     {
       // It ran since its previous tick (or this is its first wait): unwind it where it blocked.
       ++unwinds;
@@ -145,8 +197,10 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
       w.stack_gen = gen;
       w.pc = st.pc;
       w.sp = st.sp;
+      w.delay_ns = thread_run_delay_ns(w, s->tid);
     }
   }
+  w.blocked_tick_ns = now;
   ++wait_samples;
   sink.wall_sample(s->tid, id, now, static_cast<uint32_t>(periods));
 }

@@ -19,6 +19,10 @@
 // each time). Only a thread that ran (CPU time moved) is read again, and unwound again if blocked:
 // comparing (PC, SP) alone would miss a thread that woke, ran and blocked again at the same PC and
 // SP from another caller or another Python line.
+// A late tick (the writer waited for a core) may find running a thread it last saw blocked: the
+// periods since then are split with /proc/self/task/TID/schedstat (read when the blocked stack was
+// taken and again now): elapsed minus CPU time minus run-queue delay was still that wait and goes
+// to the blocked stack, rounded to whole periods (resumed_wait_periods).
 //
 // Writer thread only (not signal context); the per-thread state lives in ThreadSlot::wall.
 #pragma once
