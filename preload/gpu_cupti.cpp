@@ -129,7 +129,7 @@ void capture_stack(RawGpuEvent* ev) {
   // pcs[0] is now a return address: inside the call instruction, the lookup lands on the calling
   // line (frame 0 is looked up as is).
   if (n) pcs[0] -= 1;
-  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags);
+  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, nullptr, python::WalkContext::kHook);
   ev->nframes = static_cast<uint16_t>(n);
   ev->npy = static_cast<uint8_t>(npy);
   ev->flags = flags;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "preload/mem_profiler.h"
+#include "preload/python.h"
 
 namespace mlprof::preload::mem {
 namespace {
@@ -71,7 +72,10 @@ void* py_realloc(void*, void* ptr, size_t size) {
 // finds the block already out of the table: each block is released once.
 template <int D, int G>
 void py_free(void*, void* ptr) {
-  if (ptr) before_free(ptr);
+  if (ptr) {
+    if constexpr (D == kObj) python::note_object_free(ptr);  // a code object: out of the walker's cache
+    before_free(ptr);
+  }
   g_orig[D][G].free(g_orig[D][G].ctx, ptr);  // no guard: a release samples nothing (tail call)
 }
 
@@ -143,6 +147,7 @@ bool python_try_hook() {
   const bool ok = wrap<kMem>(0) && wrap<kObj>(0);
   if (!ok) return false;
   g_used = 1;
+  python::track_code_frees(true);
   g_mem.python_hooked.store(true, std::memory_order_release);
   return true;
 }
@@ -159,6 +164,8 @@ HookCheck check_domain() {
   // wrapped it, or another tool wrapping mlprof's wrappers. Wrapping again is right in both
   // cases (in the second, the inner wrappers run under the outer one's guard and sample
   // nothing), once the new allocator has been stable for a cycle.
+  // Until it is wrapped again, PyObject_Free may bypass mlprof: code-object frees are not seen.
+  if (D == kObj) python::track_code_frees(false);
   if (g_seen_cycles[D] == 0 || memcmp(&g_seen[D], &cur, sizeof cur) != 0) {
     g_seen[D] = cur;
     g_seen_cycles[D] = 1;
@@ -166,6 +173,7 @@ HookCheck check_domain() {
   }
   if (g_used >= kGenerations) return HookCheck::kLost;
   install_gen<D>(g_used, cur, std::make_index_sequence<kGenerations>{});
+  if (D == kObj) python::track_code_frees(true);
   g_seen_cycles[D] = 0;
   return HookCheck::kRewrapped;
 }

@@ -91,7 +91,6 @@ constinit InterpreterBox g_interp_box;
 Interpreter& g_interp = g_interp_box.v;
 pthread_mutex_t g_detect_lock = PTHREAD_MUTEX_INITIALIZER;
 
-constexpr int kMaxSpans = 6;
 struct Span {
   uint64_t addr;
   void* dst;
@@ -100,9 +99,10 @@ struct Span {
 
 // signal-safe. Copies the spans in order with one process_vm_readv; returns how many leading
 // spans were copied completely (the kernel stops at the first bad address and never splits an
-// element). Does not preserve errno: the callers' entry points do.
+// element). Does not preserve errno: the callers' entry points do. n <= kMax.
+template <int kMax = 6>
 int read_spans(pid_t pid, const Span* spans, int n) {
-  struct iovec local[kMaxSpans], remote[kMaxSpans];
+  struct iovec local[kMax], remote[kMax];
   size_t total = 0;
   for (int i = 0; i < n; ++i) {
     local[i].iov_base = spans[i].dst;
@@ -149,35 +149,80 @@ void refresh_pid_in_child() { g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)
 // walk reads each code object once per process instead of once per frame. Written from signal
 // handlers on any thread: an entry is (tag = addr ^ val, val); a torn or raced entry fails the tag
 // check and reads as a miss. A code object freed and its address reused is not noticed (its
-// frames are gone by then; read_code() re-validates before anything is shipped).
+// frames are gone by then; read_code() re-validates before anything is shipped), except while
+// code frees are tracked (track_code_frees): then the freed object's entry is dropped first.
 constexpr uint32_t kCodeCacheBits = 10;
 struct CodeCacheEntry {
   std::atomic<uint64_t> tag{0}, val{0};
   std::atomic<uint32_t> fp{0};  // the fingerprint last sampled at this address (0: none yet)
+  // The fingerprint read with the header by a hook walk while code frees were tracked, and that
+  // tracking's epoch (bits 24-31); 0: none. Part of the tag.
+  std::atomic<uint32_t> tracked_fp{0};
 };
 CodeCacheEntry g_code_cache[1u << kCodeCacheBits];
 constexpr uint64_t kCodeValid = 1ULL << 63;
+
+uint64_t tag_of(uint64_t addr, uint64_t val, uint32_t tracked_fp) {  // signal-safe
+  return addr ^ val ^ (static_cast<uint64_t>(tracked_fp) * 0x9E3779B97F4A7C15ULL);
+}
 
 uint32_t code_slot(uint64_t addr) {  // signal-safe
   return static_cast<uint32_t>(((addr >> 4) * 0x9E3779B97F4A7C15ULL) >> (64 - kCodeCacheBits));
 }
 
-// signal-safe. val = kCodeValid | firsttraceable << 32 | code_units.
-bool code_cache_get(uint64_t addr, uint64_t* val) {
+// signal-safe. val = kCodeValid | firsttraceable << 32 | code_units. *tracked_fp (when given)
+// gets the entry's tracked fingerprint.
+bool code_cache_get(uint64_t addr, uint64_t* val, uint32_t* tracked_fp = nullptr) {
   CodeCacheEntry& e = g_code_cache[code_slot(addr)];
   const uint64_t v = e.val.load(std::memory_order_relaxed);
+  const uint32_t tf = e.tracked_fp.load(std::memory_order_relaxed);
   const uint64_t t = e.tag.load(std::memory_order_relaxed);
-  if ((v & kCodeValid) == 0 || t != (addr ^ v)) return false;
+  if ((v & kCodeValid) == 0 || t != tag_of(addr, v, tf)) return false;
   *val = v;
+  if (tracked_fp) *tracked_fp = tf;
   return true;
 }
 
-void code_cache_put(uint64_t addr, uint64_t val) {  // signal-safe
+void code_cache_put(uint64_t addr, uint64_t val, uint32_t tracked_fp = 0) {  // signal-safe
   CodeCacheEntry& e = g_code_cache[code_slot(addr)];
   e.fp.store(0, std::memory_order_relaxed);
   e.val.store(val, std::memory_order_relaxed);
-  e.tag.store(addr ^ val, std::memory_order_relaxed);
+  e.tracked_fp.store(tracked_fp, std::memory_order_relaxed);
+  e.tag.store(tag_of(addr, val, tracked_fp), std::memory_order_relaxed);
 }
+
+// The tracking epoch in a tracked fingerprint (bits 24-31), from g_code_track (never 0 when on).
+uint32_t epoch_bits(uint32_t track) { return (track & 0xffu) << 24; }  // signal-safe
+
+}  // namespace
+
+std::atomic<uint32_t> g_code_track{0};
+uint64_t g_code_type_addr = 0;
+
+void track_code_frees(bool on) {
+  static uint32_t epoch = 0;  // callers: the writer thread
+  if (!on || !g_ready.load(std::memory_order_acquire)) {
+    g_code_track.store(0, std::memory_order_relaxed);
+    return;
+  }
+  // tp_flags (offset 168 in every PyTypeObject of 3.8-3.13) must not have Py_TPFLAGS_HAVE_GC:
+  // a GC object reaches PyObject_Free as its GC header's address, not its own.
+  uint64_t tp_flags = 0;
+  if (!read_one(own_pid(), g_state.code_type + 168, &tp_flags, sizeof tp_flags) || (tp_flags & (1UL << 14)) != 0) {
+    g_code_track.store(0, std::memory_order_relaxed);
+    return;
+  }
+  if ((++epoch & 0xff) == 0) ++epoch;
+  g_code_track.store(epoch, std::memory_order_release);
+}
+
+void forget_code(uint64_t addr) {
+  CodeCacheEntry& e = g_code_cache[code_slot(addr)];
+  uint64_t v;
+  if (code_cache_get(addr, &v)) e.tag.store(0, std::memory_order_relaxed);
+}
+
+namespace {
 
 // signal-safe. Records fp as the fingerprint last sampled at addr; true when it differs from the
 // one recorded before: another code object now lives at a freed one's address (pymalloc reuses
@@ -185,7 +230,9 @@ void code_cache_put(uint64_t addr, uint64_t val) {  // signal-safe
 bool code_cache_fp_changed(uint64_t addr, uint32_t fp) {
   CodeCacheEntry& e = g_code_cache[code_slot(addr)];
   const uint64_t v = e.val.load(std::memory_order_relaxed);
-  if ((v & kCodeValid) == 0 || e.tag.load(std::memory_order_relaxed) != (addr ^ v)) return false;
+  if ((v & kCodeValid) == 0 ||
+      e.tag.load(std::memory_order_relaxed) != tag_of(addr, v, e.tracked_fp.load(std::memory_order_relaxed)))
+    return false;
   // Written only when it changed: the entries are shared by every thread's samples, and a store
   // per frame per sample would bounce their cache lines between cores.
   if (e.fp.load(std::memory_order_relaxed) == fp) return false;
@@ -254,9 +301,22 @@ uint64_t gil_for_interp(pid_t pid, const State& s, uint64_t interp) {
 // on the same page (at most kWindow bytes). From 3.11 on, frames live contiguously in the
 // thread's data stack, callers below callees, so one read usually yields several frames;
 // PyFrameObjects (<= 3.10) are heap objects and mostly cost one read each.
-constexpr int32_t kWindow = 2048;  // on the signal stack: keep it small (altstacks can be 8-16 KiB)
+// How much a walk reads at once is its Budget: a signal handler may run on a small altstack
+// (8-16 KiB), a hook (memory, GPU callbacks) runs on the thread's own stack and reads more per
+// syscall (each process_vm_readv costs ~1-1.5 us, most of a walk's time).
+struct SignalBudget {
+  static constexpr int32_t kWindow = 2048;
+  static constexpr int kPendingFps = 4;  // code fingerprints read together (kFpMax bytes each)
+  static constexpr bool kTrustTrackedFps = false;  // a torn frame may name a freed code object
+};
+struct HookBudget {
+  static constexpr int32_t kWindow = 4096;
+  static constexpr int kPendingFps = 16;
+  static constexpr bool kTrustTrackedFps = true;  // the thread's own frames, not torn: see g_code_track
+};
 constexpr uint64_t kPage = 4096;
 
+template <int32_t kWindow>
 struct Window {
   uint64_t base = 0;
   uint32_t len = 0;
@@ -307,11 +367,13 @@ void set_fp(RawPyFrame& o, uint32_t fp) {  // signal-safe
 // `first_extra` is read together with the first frame (the GIL state, 3.12+). Returns the count;
 // *failed when a read failed or a check did not hold.
 // signal-safe
+template <class Budget>
 int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int max, const Span* first_extra,
                 bool* extra_ok, bool* failed, bool* new_code) {
+  constexpr int kMaxSpans = 5 + Budget::kPendingFps;  // code header, firsttraceable, fp, next window, extra, fps
   const Layout& l = s.layout;
   const int32_t flen = frame_read_len(l);
-  Window win;
+  Window<Budget::kWindow> win;
   Span spans[kMaxSpans];
   int nspans = 0;
   int n = 0;
@@ -324,7 +386,7 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
   const Span first = win.span_for(frame, flen);
   spans[nspans++] = first;
   if (first_extra != nullptr) spans[nspans++] = *first_extra;
-  int got = read_spans(pid, spans, nspans);
+  int got = read_spans<kMaxSpans>(pid, spans, nspans);
   if (got < 1) {
     *failed = true;
     return 0;
@@ -340,7 +402,7 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
     int out_index;  // -1: the current frame, not emitted yet
     uint8_t buf[kFpMax];
   };
-  PendingFp pending[2];
+  PendingFp pending[Budget::kPendingFps];
   int npending = 0;
   uint32_t current_fp = 0;  // the current frame's, once read
   // Appends the pending fingerprint spans to spans[]; after the read, finish_fps() stores them.
@@ -361,12 +423,14 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
   // At the end of the walk: the fingerprints still pending, in one read.
   auto flush_fps = [&]() {
     if (npending == 0) return;
-    Span sp[2];
+    Span sp[Budget::kPendingFps];
     int nsp = 0;
     add_fps(0, sp, &nsp);
-    finish_fps(0, read_spans(pid, sp, nsp));
+    finish_fps(0, read_spans<Budget::kPendingFps>(pid, sp, nsp));
   };
 
+  // While code frees are tracked (hook walks only), fingerprints come from the cache.
+  const uint32_t track = Budget::kTrustTrackedFps ? g_code_track.load(std::memory_order_relaxed) : 0;
   bool emitted_since_shim = false;  // 3.12+: a frame was emitted since the last CSTACK shim
   // Frames visited, emitted or not (shims, incomplete frames): a cycle cannot spin forever.
   const int max_visits = 4 * max + 64;
@@ -386,16 +450,30 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
     uint64_t code_val = 0;
     uint8_t code_hdr[16];  // ob_type and ob_size, read from code + 8
     int32_t firsttraceable = 0;
+    uint8_t fp_buf[kFpMax];
+    bool fp_known = false;  // tracked: the fingerprint comes from the cache or with the header
+    uint32_t current_fp_known = 0;
     nspans = 0;
     if (!shim) {
       if (f.code == 0 || (f.code & 7) != 0) {
         *failed = true;
         return n;
       }
-      if (!code_cache_get(f.code, &code_val)) {
+      uint32_t tracked_fp = 0;
+      bool hit = code_cache_get(f.code, &code_val, &tracked_fp);
+      if (track != 0) {
+        // An entry without this epoch's fingerprint is read again (a signal walk may have cached
+        // a freed object's header from a torn frame).
+        hit = hit && tracked_fp != 0 && (tracked_fp & 0xff000000u) == epoch_bits(track);
+        if (hit) current_fp_known = tracked_fp & 0xffffffu;
+        fp_known = hit || fpr.len != 0;
+      }
+      if (!hit) {
         spans[nspans++] = Span{f.code + 8, code_hdr, sizeof code_hdr};
         if (l.co_firsttraceable != kNone)
           spans[nspans++] = Span{f.code + static_cast<uint64_t>(l.co_firsttraceable), &firsttraceable, sizeof firsttraceable};
+        if (track != 0 && fpr.len != 0)
+          spans[nspans++] = Span{f.code + static_cast<uint64_t>(fpr.lo), fp_buf, static_cast<size_t>(fpr.len)};
       }
     }
     const int code_spans = nspans;
@@ -406,13 +484,13 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
       spans[nspans++] = next_span;
     }
     current_fp = 0;
-    if (!shim && fpr.len != 0) pending[npending++].out_index = -1;
+    if (!shim && fpr.len != 0 && !fp_known) pending[npending++].out_index = -1;
     int fp_first = -1;
-    if (npending != 0 && (nspans != 0 || npending == 2)) {
+    if (npending != 0 && (nspans != 0 || npending == Budget::kPendingFps)) {
       fp_first = nspans;
       add_fps(f.code, spans, &nspans);
     }
-    got = nspans ? read_spans(pid, spans, nspans) : 0;
+    got = nspans ? read_spans<kMaxSpans>(pid, spans, nspans) : 0;
     if (fp_first >= 0) finish_fps(fp_first, got);
     if (got < code_spans) {
       *failed = true;
@@ -427,9 +505,15 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
         return n;
       }
       code_val = kCodeValid | (static_cast<uint64_t>(firsttraceable) << 32) | static_cast<uint64_t>(units);
-      code_cache_put(f.code, code_val);
+      uint32_t tracked_fp = 0;
+      if (fp_known) {
+        current_fp_known = fp_from(l, fpr, fp_buf) & 0xffffffu;
+        tracked_fp = current_fp_known != 0 ? epoch_bits(track) | current_fp_known : 0;
+      }
+      code_cache_put(f.code, code_val, tracked_fp);
       *new_code = true;
     }
+    if (fp_known) current_fp = current_fp_known;
 
     if (shim) {
       // The frame emitted just before a shim was entered by its own C call of the eval loop.
@@ -499,6 +583,7 @@ namespace {
 
 // signal-safe. Walks the frames of one thread state: the tstate (and, <= 3.11, the GIL holder) in
 // one read, the _PyCFrame on 3.11/3.12, then the frames. *sample_flags gets SampleFlags.
+template <class Budget>
 int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int max, uint8_t* sample_flags) {
   const Layout& l = s.layout;
   uint8_t flags = kSampleHasPython;
@@ -544,7 +629,7 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
   int n = 0;
   bool failed = false, new_code = false;
   if (frame != 0) {
-    n = walk_frames(pid, s, frame, out, max, gil != 0 ? &gil_span : nullptr, &gil_ok, &failed, &new_code);
+    n = walk_frames<Budget>(pid, s, frame, out, max, gil != 0 ? &gil_span : nullptr, &gil_ok, &failed, &new_code);
     // 3.11/3.12 eval-loop entry sets tstate->cframe = &cframe a few instructions before
     // cframe.current_frame (an uninitialized local until then): a walk that fails on its very
     // first frame is retried from the previous cframe, which still holds the caller's frames
@@ -552,7 +637,7 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
     if (failed && n == 0 && prev_cframe != 0 && (prev_cframe & 7) == 0) {
       uint64_t cur = 0;
       if (read_one(pid, prev_cframe + static_cast<uint64_t>(l.cframe_current_frame), &cur, sizeof cur) && cur != 0)
-        n = walk_frames(pid, s, cur, out, max, nullptr, nullptr, &failed, &new_code);
+        n = walk_frames<Budget>(pid, s, cur, out, max, nullptr, nullptr, &failed, &new_code);
     }
   } else if (gil != 0) {
     gil_ok = read_spans(pid, &gil_span, 1) == 1;
@@ -574,7 +659,7 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
 }  // namespace
 
 // signal-safe
-int walk(RawPyFrame* out, int max, uint8_t* sample_flags) {
+int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx) {
   *sample_flags = 0;
   if (!g_ready.load(std::memory_order_acquire) || max <= 0) return 0;
   const State& s = g_state;
@@ -588,7 +673,8 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags) {
     errno = saved_errno;
     return 0;
   }
-  const int n = walk_tstate(own_pid(), s, tstate, out, max, sample_flags);
+  const int n = ctx == WalkContext::kHook ? walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags)
+                                          : walk_tstate<SignalBudget>(own_pid(), s, tstate, out, max, sample_flags);
   errno = saved_errno;
   return n;
 }
@@ -621,7 +707,7 @@ int walk_thread(uint64_t pthread_id, uint32_t tid, RawPyFrame* out, int max, uin
       const bool match = tl.ts_native_id != kNone ? load<uint64_t>(ts, tl.ts_native_id) == tid ||
                                                         load<uint64_t>(ts, tl.ts_thread_id) == pthread_id
                                                   : load<uint64_t>(ts, tl.ts_thread_id) == pthread_id;
-      if (match) return walk_tstate(pid, s, tstate, out, max, sample_flags);
+      if (match) return walk_tstate<HookBudget>(pid, s, tstate, out, max, sample_flags);
       tstate = load<uint64_t>(ts, tl.ts_next);
     }
     interp = next_interp;
@@ -886,6 +972,7 @@ const Interpreter& detect() {
       refresh_pid_in_child();  // the current pid
       pthread_atfork(nullptr, nullptr, refresh_pid_in_child);
       g_interp.supported = true;
+      g_code_type_addr = st.code_type;
       g_ready.store(true, std::memory_order_release);
     }
   }

@@ -2,7 +2,9 @@
 // the signal handler, the interrupted thread's Python frames (code object + instruction offset).
 // Layouts per version for 3.8–3.12, _Py_DebugOffsets for 3.13+ (see docs/python.md).
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace mlprof::preload::python {
@@ -49,10 +51,40 @@ struct Interpreter {
 // Idempotent once an interpreter was found.
 const Interpreter& detect();
 
+// Where a walk runs: in a signal handler (possibly on a small altstack: small read buffers) or in
+// a hook on the thread's own stack (memory hooks, GPU callbacks: ~7 KiB of buffers, a quarter of
+// the reads on deep stacks).
+enum class WalkContext : uint8_t { kSignal, kHook };
+
 // signal-safe. Walks the calling thread's Python frames, innermost first, into out[0..max).
 // Returns the count; *sample_flags gets SampleFlags. Every read of interpreter memory is
 // fault-tolerant (a bad pointer ends the walk with kSampleWalkFailed, never a crash).
-int walk(RawPyFrame* out, int max, uint8_t* sample_flags);
+int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = WalkContext::kSignal);
+
+// Code-object frees, as memory profiling's hook of CPython's object allocator sees them (every
+// PyObject_Free goes through it, code objects' included: they are not GC objects, checked). While
+// tracked, the walker's cache entry of a code object is dropped before the object is freed, so a
+// hook walk (WalkContext::kHook: the thread's own, consistent frames) can trust the fingerprint
+// it cached with the entry instead of reading it from every frame's code object each time (one
+// page pinned per frame by process_vm_readv, ~0.6 us). g_code_track holds the tracking epoch
+// (0: off); a new epoch disowns every fingerprint cached before it.
+extern std::atomic<uint32_t> g_code_track;
+extern uint64_t g_code_type_addr;  // &PyCode_Type once detected
+// Not signal context. on: a new epoch starts, unless PyCode_Type is a GC type (then its objects
+// are freed at another address than theirs) or no interpreter was detected. off: tracking stops
+// (the hook was replaced: frees may not be seen any more).
+void track_code_frees(bool on);
+void forget_code(uint64_t addr);
+// The object domain's free hook, before the real free. p (not null) is a live block: ob_type is
+// read at p + 8 only when that lies on p's own page (pymalloc and malloc blocks have 16 bytes).
+inline void note_object_free(const void* p) {
+  if (g_code_track.load(std::memory_order_relaxed) == 0) return;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if ((a & 7) != 0 || (a & 4095) > 4096 - 16) return;
+  uint64_t type;
+  memcpy(&type, static_cast<const char*>(p) + 8, sizeof type);
+  if (type == g_code_type_addr) forget_code(a);
+}
 
 // NOT signal-safe: the writer thread (wall mode). Walks ANOTHER thread's Python frames: finds its
 // thread state in the interpreters' thread lists (native_thread_id == tid on 3.11+, or

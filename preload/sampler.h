@@ -36,11 +36,12 @@ extern SamplerState g_sampler;
 // kStackPyWalkFailed) added to *flags; how many were written (0 without Python). Every stack
 // capture (signal handler, memory hooks, GPU callbacks) puts them right after its native pcs.
 // *new_code (when given) is set when a code object the walker had not seen is among the frames:
-// the caller then calls wake_writer() once its event is committed.
-inline int python_frames(python::RawPyFrame* out, uint8_t* flags, bool* new_code = nullptr) {
+// the caller then calls wake_writer() once its event is committed. ctx: python::WalkContext.
+inline int python_frames(python::RawPyFrame* out, uint8_t* flags, bool* new_code = nullptr,
+                         python::WalkContext ctx = python::WalkContext::kSignal) {
   if (!g_sampler.python.load(std::memory_order_relaxed)) return 0;
   uint8_t pyflags = 0;
-  const int n = python::walk(out, kMaxPyFrames, &pyflags);
+  const int n = python::walk(out, kMaxPyFrames, &pyflags, ctx);
   if (pyflags & python::kSampleHasPython) *flags |= wire::kStackHasPython;
   if (pyflags & python::kSampleGilHeld) *flags |= wire::kStackGilHeld;
   if (pyflags & python::kSampleWalkFailed) *flags |= wire::kStackPyWalkFailed;
