@@ -307,12 +307,14 @@ uint64_t gil_for_interp(pid_t pid, const State& s, uint64_t interp) {
 struct SignalBudget {
   static constexpr int32_t kWindow = 2048;
   static constexpr int kPendingFps = 4;  // code fingerprints read together (kFpMax bytes each)
-  static constexpr bool kTrustTrackedFps = false;  // a torn frame may name a freed code object
+  // Trusts fingerprints cached by hook walks, but caches none: a torn frame may name a freed
+  // code object whose header still looks valid.
+  static constexpr bool kCacheTrackedFps = false;
 };
 struct HookBudget {
   static constexpr int32_t kWindow = 4096;
   static constexpr int kPendingFps = 16;
-  static constexpr bool kTrustTrackedFps = true;  // the thread's own frames, not torn: see g_code_track
+  static constexpr bool kCacheTrackedFps = true;  // the thread's own frames, not torn: see g_code_track
 };
 constexpr uint64_t kPage = 4096;
 
@@ -429,8 +431,8 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
     finish_fps(0, read_spans<Budget::kPendingFps>(pid, sp, nsp));
   };
 
-  // While code frees are tracked (hook walks only), fingerprints come from the cache.
-  const uint32_t track = Budget::kTrustTrackedFps ? g_code_track.load(std::memory_order_relaxed) : 0;
+  // While code frees are tracked, fingerprints cached by hook walks are trusted.
+  const uint32_t track = g_code_track.load(std::memory_order_relaxed);
   bool emitted_since_shim = false;  // 3.12+: a frame was emitted since the last CSTACK shim
   // Frames visited, emitted or not (shims, incomplete frames): a cycle cannot spin forever.
   const int max_visits = 4 * max + 64;
@@ -461,18 +463,23 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
       }
       uint32_t tracked_fp = 0;
       bool hit = code_cache_get(f.code, &code_val, &tracked_fp);
-      if (track != 0) {
+      const bool tracked_hit = track != 0 && hit && tracked_fp != 0 && (tracked_fp & 0xff000000u) == epoch_bits(track);
+      if (tracked_hit) {
+        // Cached by a hook walk while the object was alive, and not freed since (its free would
+        // have dropped the entry): whatever frame names this address names that object.
+        current_fp_known = tracked_fp & 0xffffffu;
+        fp_known = true;
+      } else if (track != 0 && Budget::kCacheTrackedFps) {
         // An entry without this epoch's fingerprint is read again (a signal walk may have cached
-        // a freed object's header from a torn frame).
-        hit = hit && tracked_fp != 0 && (tracked_fp & 0xff000000u) == epoch_bits(track);
-        if (hit) current_fp_known = tracked_fp & 0xffffffu;
-        fp_known = hit || fpr.len != 0;
+        // a freed object's header from a torn frame), with the fingerprint.
+        hit = false;
+        fp_known = fpr.len != 0;
       }
       if (!hit) {
         spans[nspans++] = Span{f.code + 8, code_hdr, sizeof code_hdr};
         if (l.co_firsttraceable != kNone)
           spans[nspans++] = Span{f.code + static_cast<uint64_t>(l.co_firsttraceable), &firsttraceable, sizeof firsttraceable};
-        if (track != 0 && fpr.len != 0)
+        if (fp_known)
           spans[nspans++] = Span{f.code + static_cast<uint64_t>(fpr.lo), fp_buf, static_cast<size_t>(fpr.len)};
       }
     }
@@ -506,7 +513,7 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
       }
       code_val = kCodeValid | (static_cast<uint64_t>(firsttraceable) << 32) | static_cast<uint64_t>(units);
       uint32_t tracked_fp = 0;
-      if (fp_known) {
+      if (Budget::kCacheTrackedFps && fp_known) {  // read with the header (above)
         current_fp_known = fp_from(l, fpr, fp_buf) & 0xffffffu;
         tracked_fp = current_fp_known != 0 ? epoch_bits(track) | current_fp_known : 0;
       }
