@@ -3,7 +3,8 @@
 # (examples/serve_http.py) under the same closed-loop load, with mlprof (CPU + memory profiling on,
 # the default), with mlprof --no-memory (CPU only), and without it (--no-profile: same load loop,
 # same measurements, no preload). Each round runs the three in turn, the starting one rotating;
-# prints each run and the medians of the per-round ratios. Usage:
+# prints each run (label, req/s, p50 ms, p99 ms, service CPU ms per steady-state request) and the
+# medians of the per-round ratios. Usage:
 #   bench/serving_overhead.sh [ROUNDS=5] [REQUESTS=3000] [CONCURRENCY=2]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,7 +19,16 @@ run() {  # $1 = label, rest = extra mlprof-run options; prints "label qps p50_ms
     --url "http://127.0.0.1:$port/score" --max-requests "$requests" --warmup 100 --concurrency "$conc" -- \
     /usr/bin/python3 "$root/examples/serve_http.py" --port "$port" 2>/dev/null
   "$bin/mlprof" export "$tmp/$label.mlprof" --format json |
-    python3 -c 'import json,sys; s=json.load(sys.stdin)["serving"]; print(sys.argv[1], s["measuredQueriesPerSecond"], s["latencyPercentile50InMs"], s["latencyPercentile99InMs"])' "$label"
+    python3 -c '
+import json, sys
+s = json.load(sys.stdin)["serving"]
+# The service'"'"'s CPU per steady-state request: its /proc CPU timeline (cores, every ~100 ms)
+# integrated over the window, / the window'"'"'s requests. Less noisy than throughput on a shared VM.
+t, res = s["times_ms"], s["resources"]
+cpu_ms = sum(r["cpu_cores"] * (r["t_ms"] - q["t_ms"]) for q, r in zip(res, res[1:])
+             if r["t_ms"] > t["window_start"] and r["t_ms"] <= t["window_end"])
+print(sys.argv[1], s["measuredQueriesPerSecond"], s["latencyPercentile50InMs"], s["latencyPercentile99InMs"],
+      cpu_ms / max(1, s["window_queries"]))' "$label"
 }
 labels=(base full cpu)
 opts_base=(--no-profile) opts_full=() opts_cpu=(--no-memory)
@@ -40,9 +50,11 @@ for r in rows: by[r[0]].append(tuple(map(float, r[1:])))
 n = len(by["base"])
 def ratios(label, k): return [by[label][i][k] / by["base"][i][k] for i in range(n)]
 med = lambda xs: statistics.median(xs)
-print(f"median without mlprof: {med(r[0] for r in by['base']):.1f} req/s, p50 {med(r[1] for r in by['base']):.2f} ms, p99 {med(r[2] for r in by['base']):.2f} ms")
+print(f"median without mlprof: {med(r[0] for r in by['base']):.1f} req/s, p50 {med(r[1] for r in by['base']):.2f} ms, "
+      f"p99 {med(r[2] for r in by['base']):.2f} ms, service CPU {med(r[3] for r in by['base']):.3f} ms/request")
 for label, name in (("full", "mlprof (CPU + memory)"), ("cpu", "mlprof --no-memory")):
-    q, p50, p99 = ratios(label, 0), ratios(label, 1), ratios(label, 2)
+    q, p50, p99, c = ratios(label, 0), ratios(label, 1), ratios(label, 2), ratios(label, 3)
     print(f"{name}: throughput ratio {med(q):.3f} ({min(q):.3f}-{max(q):.3f}, target >= 0.97), "
-          f"p50 ratio {med(p50):.3f}, p99 ratio {med(p99):.3f} ({min(p99):.3f}-{max(p99):.3f}, target <= 1.05)")
+          f"p50 ratio {med(p50):.3f}, p99 ratio {med(p99):.3f} ({min(p99):.3f}-{max(p99):.3f}, target <= 1.05), "
+          f"service CPU per request ratio {med(c):.3f} ({min(c):.3f}-{max(c):.3f})")
 PY
