@@ -81,53 +81,50 @@ void release(ThreadSlot* s) {
 
 constexpr int64_t kPeriod = 10000000;  // 10 ms
 
+// A sleeping-then-spinning thread, its slot and a sampler ticking it every kPeriod.
+struct Scene {
+  const int64_t t0 = mono_ns();
+  SleepThenSpin th;
+  ThreadSlot* s;
+  WallSampler w;
+  RecordingSink sink;
+  explicit Scene(int sleep_for_ms) : th(sleep_for_ms), s(slot_for(th.tid.load(), t0)) { w.set_period(kPeriod); }
+  ~Scene() { release(s); }
+  void tick() { w.tick(s, mono_ns(), false, sink); }
+};
+
 // The writer's tick comes late: the thread it last saw blocked has woken and runs. The part of the
 // late periods it spent blocked (known: it slept until 300 ms, the blocked tick was at ~50 ms)
 // still goes to the blocked stack; the time it ran does not.
 TEST(WallSampler, LateTickKeepsTheWaitOfAThreadThatWokeMeanwhile) {
-  const int64_t t0 = mono_ns();
-  SleepThenSpin th(300);
-  ThreadSlot* s = slot_for(th.tid.load(), t0);
-  WallSampler w;
-  w.set_period(kPeriod);
-  RecordingSink sink;
-
+  Scene sc(300);
   sleep_ms(50);
-  w.tick(s, mono_ns(), false, sink);  // blocked in clock_nanosleep: its first wait sample
-  ASSERT_EQ(sink.samples.size(), 1u);
-  ASSERT_EQ(sink.stacks, 1u);
+  sc.tick();  // blocked in clock_nanosleep: its first wait sample
+  ASSERT_EQ(sc.sink.samples.size(), 1u);
+  ASSERT_EQ(sc.sink.stacks, 1u);
   const int64_t blocked_tick = mono_ns();
 
   sleep_ms(450);  // the thread wakes at ~300 ms and spins: the next tick is ~450 ms late
-  const int64_t late = mono_ns();
-  w.tick(s, late, false, sink);
+  sc.tick();
   // Wait still owed to the sleep: from the blocked tick to the wake-up, less its run-queue delay.
-  const double owed_periods = static_cast<double>(t0 + 300000000 - blocked_tick) / kPeriod;
-  ASSERT_EQ(sink.samples.size(), 2u) << "the late tick dropped the rest of the wait";
-  EXPECT_EQ(sink.samples[1].stack, 1u) << "the rest goes to the stack where the thread was blocked";
-  EXPECT_NEAR(sink.samples[1].weight, owed_periods, 3.0);
-  EXPECT_EQ(sink.stacks, 1u) << "a running thread is not unwound";
-  EXPECT_GT(w.reads, 0u);
-  release(s);
+  const double owed_periods = static_cast<double>(sc.t0 + 300000000 - blocked_tick) / kPeriod;
+  ASSERT_EQ(sc.sink.samples.size(), 2u) << "the late tick dropped the rest of the wait";
+  EXPECT_EQ(sc.sink.samples[1].stack, 1u) << "the rest goes to the stack where the thread was blocked";
+  EXPECT_NEAR(sc.sink.samples[1].weight, owed_periods, 3.0);
+  EXPECT_EQ(sc.sink.stacks, 1u) << "a running thread is not unwound";
+  EXPECT_GT(sc.w.reads, 0u);
 }
 
 // On time, a tick that finds the thread running after it ran most of the period adds nothing.
 TEST(WallSampler, RunningThreadAfterAShortWaitGetsNoExtraWait) {
-  const int64_t t0 = mono_ns();
-  SleepThenSpin th(60);
-  ThreadSlot* s = slot_for(th.tid.load(), t0);
-  WallSampler w;
-  w.set_period(kPeriod);
-  RecordingSink sink;
-
+  Scene sc(60);
   sleep_ms(55);
-  w.tick(s, mono_ns(), false, sink);
-  ASSERT_EQ(sink.samples.size(), 1u);
+  sc.tick();
+  ASSERT_EQ(sc.sink.samples.size(), 1u);
   sleep_ms(200);  // woke ~5 ms after the tick, then ran ~195 ms: at most one period of wait
-  w.tick(s, mono_ns(), false, sink);
-  uint32_t extra = sink.samples.size() > 1 ? sink.samples[1].weight : 0;
+  sc.tick();
+  const uint32_t extra = sc.sink.samples.size() > 1 ? sc.sink.samples[1].weight : 0;
   EXPECT_LE(extra, 1u);
-  release(s);
 }
 
 TEST(WallSampler, ParsesTheSyscallFile) {
