@@ -201,9 +201,9 @@ uint64_t g_code_type_addr = 0;
 
 void track_code_frees(bool on) {
   static uint32_t epoch = 0;  // callers: the writer thread
-  // 3.13: not yet (a CI run saw one function's bytes on the other in
-  // PythonMemory.AllocationsInReplacedCodeObjectsStayOnTheirOwnLines: some code-object free there
-  // does not pass the object allocator's free, or not with the object's own address).
+  // 3.13: not yet (one CI run saw one function's bytes on the other in
+  // PythonMemory.AllocationsInReplacedCodeObjectsStayOnTheirOwnLines; cause not established,
+  // docs/python.md).
   if (!on || !g_ready.load(std::memory_order_acquire) || g_interp.version_hex >= 0x030d0000) {
     g_code_track.store(0, std::memory_order_relaxed);
     return;
