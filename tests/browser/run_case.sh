@@ -37,7 +37,18 @@ case "$case_name" in
     run --no-memory -- "$python" "$src/tests/fixtures/python/multiproc.py" fork 0.3 ;;
   serving)
     # The native test server failing every 10th request and keeping 10000 bytes per request.
-    port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    # A free port below the ephemeral range: one the kernel picks can become another test's
+    # connection's source port before the server binds it.
+    port=$("$python" -c '
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 32000)
+    try:
+        socket.socket().bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    print(p)
+    break')
     run --requests "$src/examples/requests.txt" --url "http://127.0.0.1:$port/score" --max-requests 300 \
         --warmup 20 --concurrency 2 --mem-interval 16K -- "$fixtures/fixture_http_server" "$port" --fail-every 10 \
         --leak-bytes 10000

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,19 +17,24 @@ namespace {
 
 using namespace e2e;
 
-// A port that was free a moment ago (the kernel picks it).
+// A port that was free a moment ago, below the kernel's ephemeral range (32768-60999 by default):
+// a port the kernel picks can be taken meanwhile as the source port of another test's connection
+// (ctest runs two at once, and their load loops open many).
 int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
+  static unsigned seed = static_cast<unsigned>(getpid()) * 2654435761u;
+  for (int tries = 0; tries < 200; ++tries) {
+    seed = seed * 1103515245u + 12345u;
+    const int port = 20000 + static_cast<int>((seed >> 8) % 12000);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(fd);
+    if (ok) return port;
+  }
+  return 0;
 }
 
 struct Served {
