@@ -1061,17 +1061,6 @@ bool read_bytes(pid_t pid, const State& st, uint64_t addr, std::string* out) {
 
 }  // namespace
 
-// A code object's header as read (from its address) still belongs to a live object: ob_refcnt
-// (offset 0) is >= 1 and fits 32 bits (immortal objects included: 3.12+ set a 30-bit value). When
-// pymalloc frees a block it writes its free-list link there (a heap address, or NULL when last),
-// and glibc's free its tcache link (a mangled pointer) and key, so a freed code object whose memory
-// was not reused yet fails this, instead of lending what its dangling fields now point to (its
-// filename string freed and reused by the next code object's) to a frame of the object that died.
-bool looks_alive(const uint8_t* hdr) {
-  const uint64_t refcnt = load<uint64_t>(hdr, 0);
-  return refcnt != 0 && (refcnt >> 32) == 0;
-}
-
 bool read_code(uint64_t code, CodeInfo* out) {
   if (!g_ready.load(std::memory_order_acquire) || code == 0 || (code & 7) != 0) return false;
   const State& st = g_state;
@@ -1082,7 +1071,7 @@ bool read_code(uint64_t code, CodeInfo* out) {
   for (int32_t off : {l.ob_type, l.co_filename, l.co_name, l.co_qualname, l.co_firstlineno, l.co_linetable})
     if (off + 8 > end) end = off + 8;
   if (end > static_cast<int32_t>(sizeof hdr) || !read_one(pid, code, hdr, static_cast<size_t>(end))) return false;
-  if (load<uint64_t>(hdr, l.ob_type) != st.code_type || !looks_alive(hdr)) return false;
+  if (load<uint64_t>(hdr, l.ob_type) != st.code_type) return false;
   CodeInfo info;
   const int32_t first = load<int32_t>(hdr, l.co_firstlineno);
   info.firstlineno = first > 0 ? static_cast<uint32_t>(first) : 0;
@@ -1091,11 +1080,6 @@ bool read_code(uint64_t code, CodeInfo* out) {
   if (!read_str(pid, st, load<uint64_t>(hdr, qual), &info.qualname)) return false;
   if (!read_bytes(pid, st, load<uint64_t>(hdr, l.co_linetable), &info.linetable)) return false;
   info.format = l.minor <= 9 ? TableFormat::kLnotab : l.minor == 10 ? TableFormat::kLinetable310 : TableFormat::kLocations311;
-  // Still the same live object after its strings were read (the program runs meanwhile).
-  uint8_t again[256];
-  if (!read_one(pid, code, again, static_cast<size_t>(end)) || !looks_alive(again)) return false;
-  for (int32_t off : {l.ob_type, l.co_filename, l.co_name, l.co_qualname, l.co_firstlineno, l.co_linetable})
-    if (off != kNone && memcmp(hdr + off, again + off, 8) != 0) return false;
   *out = std::move(info);
   return true;
 }
@@ -1109,7 +1093,7 @@ uint64_t code_identity(uint64_t code) {
   for (int32_t off : {l.ob_type, l.co_filename, l.co_name, l.co_firstlineno})
     if (off + 8 > end) end = off + 8;
   if (end > static_cast<int32_t>(sizeof hdr) || !read_one(own_pid(), code, hdr, static_cast<size_t>(end))) return 0;
-  if (load<uint64_t>(hdr, l.ob_type) != st.code_type || !looks_alive(hdr)) return 0;
+  if (load<uint64_t>(hdr, l.ob_type) != st.code_type) return 0;
   return identity_hash(load<uint64_t>(hdr, l.co_filename), load<uint64_t>(hdr, l.co_name),
                        load<int32_t>(hdr, l.co_firstlineno));
 }
