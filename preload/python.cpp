@@ -517,7 +517,7 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
       code_val = kCodeValid | (static_cast<uint64_t>(firsttraceable) << 32) | static_cast<uint64_t>(units);
       uint32_t tracked_fp = 0;
       if (Budget::kCacheTrackedFps && fp_known) {  // read with the header (above)
-        current_fp_known = fp_from(l, fpr, fp_buf) & 0xffffffu;
+        current_fp_known = fp_from(l, fpr, fp_buf);
         tracked_fp = current_fp_known != 0 ? epoch_bits(track) | current_fp_known : 0;
       }
       code_cache_put(f.code, code_val, tracked_fp);
@@ -656,8 +656,7 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
       load<uint64_t>(gil_buf, l.gil_last_holder - gil_lo) == tstate)
     flags |= kSampleGilHeld;
   for (int i = 0; i < n; ++i) {
-    const uint32_t fp = static_cast<uint32_t>(out[i].fp[0]) | static_cast<uint32_t>(out[i].fp[1]) << 8 |
-                        static_cast<uint32_t>(out[i].fp[2]) << 16;
+    const uint32_t fp = frame_fingerprint(out[i]);
     if (fp != 0 && code_cache_fp_changed(out[i].code, fp)) new_code = true;
   }
   if (failed) flags |= kSampleWalkFailed;
