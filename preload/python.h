@@ -77,13 +77,18 @@ void track_code_frees(bool on);
 void forget_code(uint64_t addr);
 // The object domain's free hook, before the real free. p (not null) is a live block: ob_type is
 // read at p + 8 only when that lies on p's own page (pymalloc and malloc blocks have 16 bytes).
-inline void note_object_free(const void* p) {
-  if (g_code_track.load(std::memory_order_relaxed) == 0) return;
+// is_tracked_code: p is a code object and code frees are tracked; note_object_free: then its
+// cache entry is dropped.
+inline bool is_tracked_code(const void* p) {
+  if (g_code_track.load(std::memory_order_relaxed) == 0) return false;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  if ((a & 7) != 0 || (a & 4095) > 4096 - 16) return;
+  if ((a & 7) != 0 || (a & 4095) > 4096 - 16) return false;
   uint64_t type;
   memcpy(&type, static_cast<const char*>(p) + 8, sizeof type);
-  if (type == g_code_type_addr) forget_code(a);
+  return type == g_code_type_addr;
+}
+inline void note_object_free(const void* p) {
+  if (is_tracked_code(p)) forget_code(reinterpret_cast<uintptr_t>(p));
 }
 
 // NOT signal-safe: the writer thread (wall mode). Walks ANOTHER thread's Python frames: finds its

@@ -116,6 +116,39 @@ TEST_P(PythonMemory, AllocationsInReplacedCodeObjectsStayOnTheirOwnLines) {
   }
 }
 
+// Objects from each of pymalloc's paths: small ones from its pools through PyObject_Malloc and
+// PyObject_Calloc (the wrappers' unguarded fast path: pymalloc's arenas must not be counted as
+// well, 1 MiB per 1 MiB of objects), large ones passed on to malloc (guarded: not counted twice
+// either). Each line's bytes allocated and live at the peak are its objects' own sizes.
+// With PYTHONMALLOC=malloc every object comes from malloc: the wrappers must then take the
+// guarded path for small objects too.
+void expect_objects_counted_once(const Interpreter& py, const std::vector<std::string>& env) {
+  const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_small.py";
+  Profiled r = profile_run({py.path, script, "24", "200", "16", "3000"}, {"--mem-interval", "16K"}, env);
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+  auto truth = nlohmann::json::parse(r.result.out);
+  const auto* pm = process_memory(r.profile);
+  ASSERT_NE(pm, nullptr);
+  EXPECT_TRUE(pm->python_allocator);
+  // 29, 29 and 17 MB at a 16 KiB interval: ~1800, 1800 and 1000 samples; +-15% is > 4.5 sigma.
+  for (const char* kind : {"small", "zeroed", "large"}) {
+    const double want = truth[kind];
+    std::string marker = std::string("# ") + kind + "-LINE";
+    for (auto& c : marker) c = static_cast<char>(toupper(c));
+    const uint32_t line = marker_line(script, marker);
+    EXPECT_NEAR(static_cast<double>(line_metric(r.profile, "alloc-bytes", script, line)), want, 0.15 * want) << kind;
+    EXPECT_NEAR(static_cast<double>(line_metric(r.profile, "live-peak-bytes", script, line)), want, 0.15 * want)
+        << kind;
+  }
+}
+
+TEST_P(PythonMemory, SmallAndLargeObjectsAreCountedOnceAtTheirLines) { expect_objects_counted_once(GetParam(), {}); }
+
+TEST_P(PythonMemory, ObjectsUnderPythonmallocMallocAreCountedOnce) {
+  expect_objects_counted_once(GetParam(), {"PYTHONMALLOC=malloc"});
+}
+
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonMemory, ::testing::ValuesIn(supported_interpreters()),
                          [](const ::testing::TestParamInfo<Interpreter>& i) { return i.param.name(); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonMemory);
