@@ -46,6 +46,7 @@ int g_used = 0;           // generations installed so far (writer thread only)
 bool g_gave_up = false;   // the API is missing: never try again
 GetAllocatorFn g_get = nullptr;
 SetAllocatorFn g_set = nullptr;
+IsInitializedFn g_is_init = nullptr;
 
 inline uint64_t ra() { return reinterpret_cast<uint64_t>(__builtin_return_address(0)); }
 
@@ -273,6 +274,7 @@ bool python_try_hook() {
   if (g_mem.python_hooked.load(std::memory_order_acquire)) return true;
   if (g_gave_up || !enabled()) return false;
   auto is_init = reinterpret_cast<IsInitializedFn>(dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
+  g_is_init = is_init;
   g_get = reinterpret_cast<GetAllocatorFn>(dlsym(RTLD_DEFAULT, "PyMem_GetAllocator"));
   g_set = reinterpret_cast<SetAllocatorFn>(dlsym(RTLD_DEFAULT, "PyMem_SetAllocator"));
   if (!is_init || !g_get || !g_set) {
@@ -321,6 +323,11 @@ HookCheck check_domain() {
 
 HookCheck python_check_hook() {
   if (!g_mem.python_hooked.load(std::memory_order_acquire) || !g_get || !g_set) return HookCheck::kHooked;
+  // Not once finalization has begun (it clears the flag first): on 3.12 PyMem_GetAllocator takes
+  // the runtime's allocator lock, which the end of finalization frees (a call racing with that
+  // would use it freed; at exit it is gone and the call takes no lock, but nothing is left to
+  // check then either).
+  if (!g_is_init || !g_is_init()) return HookCheck::kHooked;
   if (g_used > kGenerations) return HookCheck::kHooked;  // lost, and kLost was returned once already
   check_arenas();
   const HookCheck a = check_domain<kMem>(), b = check_domain<kObj>();
