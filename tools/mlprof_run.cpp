@@ -32,6 +32,7 @@
 #include "fmt/format.h"
 #include "profile/profile_io.h"
 #include "report/report.h"
+#include "tools/preload_variant.h"
 #include "tools/run_options.h"
 #include "tools/serving_session.h"
 
@@ -228,6 +229,29 @@ int main(int argc, char** argv) {
             "mlprof-run: libmlprof_preload.so not found next to mlprof-run or in ../lib/mlprof; "
             "set MLPROF_PRELOAD_PATH to its path\n");
     return 2;
+  }
+
+  // An allocator in the user's LD_PRELOAD that defines operator new (tcmalloc, jemalloc) serves C++
+  // allocations without calling malloc: the preload variant with operator new/delete hooks sees them
+  // (unless MLPROF_PRELOAD_PATH names the preload to use).
+  const char* explicit_preload = getenv("MLPROF_PRELOAD_PATH");
+  if (!preload.empty() && !o.no_memory && !(explicit_preload && *explicit_preload)) {
+    const char* user = getenv("LD_PRELOAD");
+    const std::string lib = user ? tools::library_defining_operator_new(user) : std::string();
+    if (!lib.empty()) {
+      const std::string variant = dir_of(preload) + "/libmlprof_preload_new.so";
+      if (access(variant.c_str(), R_OK) == 0) {
+        if (!o.quiet)
+          fprintf(stderr, "mlprof-run: %s (LD_PRELOAD) defines operator new: using libmlprof_preload_new.so, which hooks it\n",
+                  lib.c_str());
+        preload = variant;
+      } else {
+        fprintf(stderr,
+                "mlprof-run: %s (LD_PRELOAD) defines operator new and libmlprof_preload_new.so is not next to %s: "
+                "C++ new/delete allocations will not be seen\n",
+                lib.c_str(), preload.c_str());
+      }
+    }
   }
 
   collector::Server server;

@@ -128,6 +128,23 @@ TEST_P(MemoryAllocator, PreloadedByTheUser) {
     }
   EXPECT_EQ(count, 200) << describe_leaks(leak.profile);
   EXPECT_EQ(bytes, 200 * 1009);
+
+  // The same leak made with new char[] (after a new that throws std::bad_alloc, caught by the
+  // program): such an allocator's operator new never calls malloc, so mlprof-run switches to the
+  // preload variant that hooks operator new/delete; the leak is exact and the only candidate.
+  std::vector<std::string> env_new = env;
+  env_new.push_back("FIXTURE_LEAK_WITH_NEW=1");
+  Profiled leak_new = profile_run({fixture("fixture_mem_leak"), "200", "1009", "10000"}, {"--mem-interval", "1"}, env_new);
+  ASSERT_TRUE(leak_new.ok);
+  ASSERT_EQ(leak_new.result.exit_code, 0) << leak_new.result.err;
+  count = bytes = 0;
+  for (auto& l : leak_new.profile.leaks) {
+    EXPECT_TRUE(stack_has_function(leak_new.profile, l.stack, "leak_blocks_new")) << describe_leaks(leak_new.profile);
+    count += l.count;
+    bytes += l.bytes;
+  }
+  EXPECT_EQ(count, 200) << describe_leaks(leak_new.profile);
+  EXPECT_EQ(bytes, 200 * 1009);
 }
 
 INSTANTIATE_TEST_SUITE_P(Libraries, MemoryAllocator,
