@@ -17,6 +17,19 @@ const std::string kCopyPy = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/py
 
 class PythonMemory : public ::testing::TestWithParam<Interpreter> {};
 
+// Profiles a fixture that prints its ground truth as JSON on stdout; checks that it exited 0 and
+// that CPython's allocator was hooked.
+void run_hooked(const std::vector<std::string>& cmd, const std::vector<std::string>& options,
+                const std::vector<std::string>& env, Profiled* r, nlohmann::json* truth) {
+  *r = profile_run(cmd, options, env);
+  ASSERT_TRUE(r->ok);
+  ASSERT_EQ(r->result.exit_code, 0) << r->result.err;
+  *truth = nlohmann::json::parse(r->result.out);
+  const auto* pm = process_memory(r->profile);
+  ASSERT_NE(pm, nullptr);
+  EXPECT_TRUE(pm->python_allocator) << "the interpreter's allocator was not hooked";
+}
+
 TEST_P(PythonMemory, GrowingListIsALeakAndABoundedCacheIsNot) {
   const Interpreter& py = GetParam();
   // 64 KiB interval: ~480 samples per line, so the per-line byte totals below are within +-5%
@@ -101,13 +114,10 @@ TEST_P(PythonMemory, ObjectsAfterTracemallocStopStillCount) {
 TEST_P(PythonMemory, AllocationsInReplacedCodeObjectsStayOnTheirOwnLines) {
   const Interpreter& py = GetParam();
   const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_code_reuse.py";
-  Profiled r = profile_run({py.path, script, "400"}, {"--mem-interval", "65536"});
-  ASSERT_TRUE(r.ok);
-  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
-  auto truth = nlohmann::json::parse(r.result.out);
-  const auto* pm = process_memory(r.profile);
-  ASSERT_NE(pm, nullptr);
-  EXPECT_TRUE(pm->python_allocator);
+  Profiled r;
+  nlohmann::json truth;
+  run_hooked({py.path, script, "400"}, {"--mem-interval", "65536"}, {}, &r, &truth);
+  if (HasFatalFailure()) return;
   // ~80 MB at a 64 KiB interval: ~900 samples for alloc_a, ~300 for alloc_b; +-20% is > 3 sigma.
   for (const char* name : {"alloc_a", "alloc_b"}) {
     const double want = truth[name];
@@ -124,13 +134,10 @@ TEST_P(PythonMemory, AllocationsInReplacedCodeObjectsStayOnTheirOwnLines) {
 // guarded path for small objects too.
 void expect_objects_counted_once(const Interpreter& py, const std::vector<std::string>& env) {
   const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_small.py";
-  Profiled r = profile_run({py.path, script, "24", "200", "16", "3000"}, {"--mem-interval", "16K"}, env);
-  ASSERT_TRUE(r.ok);
-  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
-  auto truth = nlohmann::json::parse(r.result.out);
-  const auto* pm = process_memory(r.profile);
-  ASSERT_NE(pm, nullptr);
-  EXPECT_TRUE(pm->python_allocator);
+  Profiled r;
+  nlohmann::json truth;
+  run_hooked({py.path, script, "24", "200", "16", "3000"}, {"--mem-interval", "16K"}, env, &r, &truth);
+  if (::testing::Test::HasFatalFailure()) return;
   // 29, 29 and 17 MB at a 16 KiB interval: ~1800, 1800 and 1000 samples; +-15% is > 4.5 sigma.
   for (const char* kind : {"small", "zeroed", "large"}) {
     const double want = truth[kind];
