@@ -91,6 +91,22 @@ inline void after_alloc(void* p, uint64_t size, wire::AllocKind kind, uint64_t c
   ThreadState& t = t_mem;
   if (p && t.guard == 0 && (t.countdown -= counted(size)) <= 0) sampled_alloc(p, size, kind, caller);
 }
+// The fast entries' test (memory_entry.cpp, the CPython wrappers): true when an allocation (or
+// copy) of `bytes` may be forwarded without recording: the thread is inside the profiler (guard)
+// or its countdown is not due yet. Otherwise the countdown has been charged: the slow path is
+// then called with counted = true.
+inline bool not_due(int64_t* countdown, uint64_t bytes) {
+  return t_mem.guard != 0 || (*countdown -= counted(bytes)) > 0;
+}
+// A slow path after its real allocation: `counted` (the entry already charged the countdown and
+// found it due) samples p when the allocation succeeded; otherwise the whole after_alloc.
+inline void after_alloc_counted(void* p, uint64_t size, wire::AllocKind kind, uint64_t caller, bool counted) {
+  if (counted) {
+    if (p) sampled_alloc(p, size, kind, caller);
+  } else {
+    after_alloc(p, size, kind, caller);
+  }
+}
 // Before p is released (free, realloc, munmap, mremap, Python free).
 inline void before_free(void* p) {
   if (g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(p)) && t_mem.guard == 0) tracked_free(p);

@@ -62,11 +62,7 @@ __attribute__((noinline)) void* py_malloc_slow(size_t size, uint64_t caller, boo
   ++t_mem.guard;
   void* p = g_orig[D][G].malloc(g_orig[D][G].ctx, size);
   --t_mem.guard;
-  if (counted) {
-    if (p) sampled_alloc(p, size, wire::AllocKind::kPython, caller);
-  } else {
-    after_alloc(p, size, wire::AllocKind::kPython, caller);
-  }
+  after_alloc_counted(p, size, wire::AllocKind::kPython, caller, counted);
   return p;
 }
 
@@ -75,9 +71,7 @@ __attribute__((noinline)) void* py_malloc_slow(size_t size, uint64_t caller, boo
 template <int D, int G>
 void* py_malloc(void*, size_t size) {
   if (__builtin_expect(size - 1 < __atomic_load_n(&g_fast[D][G], __ATOMIC_RELAXED), 1)) {
-    ThreadState& t = t_mem;
-    if (__builtin_expect(t.guard != 0 || (t.countdown -= counted(size)) > 0, 1))
-      return g_orig[D][G].malloc(g_orig[D][G].ctx, size);
+    if (__builtin_expect(not_due(&t_mem.countdown, size), 1)) return g_orig[D][G].malloc(g_orig[D][G].ctx, size);
     return py_malloc_slow<D, G>(size, ra(), true);
   }
   return py_malloc_slow<D, G>(size, ra(), false);
@@ -88,12 +82,7 @@ __attribute__((noinline)) void* py_calloc_slow(size_t nelem, size_t elsize, uint
   ++t_mem.guard;
   void* p = g_orig[D][G].calloc(g_orig[D][G].ctx, nelem, elsize);
   --t_mem.guard;
-  const uint64_t size = static_cast<uint64_t>(nelem) * elsize;
-  if (counted) {
-    if (p) sampled_alloc(p, size, wire::AllocKind::kPython, caller);
-  } else {
-    after_alloc(p, size, wire::AllocKind::kPython, caller);
-  }
+  after_alloc_counted(p, static_cast<uint64_t>(nelem) * elsize, wire::AllocKind::kPython, caller, counted);
   return p;
 }
 
@@ -103,9 +92,7 @@ void* py_calloc(void*, size_t nelem, size_t elsize) {
   const bool small = !__builtin_mul_overflow(nelem, elsize, &size) &&
                      size - 1 < __atomic_load_n(&g_fast[D][G], __ATOMIC_RELAXED);
   if (__builtin_expect(small, 1)) {
-    ThreadState& t = t_mem;
-    if (__builtin_expect(t.guard != 0 || (t.countdown -= counted(size)) > 0, 1))
-      return g_orig[D][G].calloc(g_orig[D][G].ctx, nelem, elsize);
+    if (__builtin_expect(not_due(&t_mem.countdown, size), 1)) return g_orig[D][G].calloc(g_orig[D][G].ctx, nelem, elsize);
     return py_calloc_slow<D, G>(nelem, elsize, ra(), true);
   }
   return py_calloc_slow<D, G>(nelem, elsize, ra(), false);

@@ -32,19 +32,12 @@ inline Fn loaded(Fn* slot) {
   return __atomic_load_n(slot, __ATOMIC_ACQUIRE);  // a plain load on x86-64
 }
 
-// The thread's allocation countdown, when the allocation may be forwarded without recording:
-// true unless this allocation is due (then the countdown has been charged: counted = true).
-inline bool not_due(int64_t* countdown, uint64_t bytes) {
-  mem::ThreadState& t = mem::t_mem;
-  return t.guard != 0 || (*countdown -= mem::counted(bytes)) > 0;
-}
-
 }  // namespace
 
 MLPROF_EXPORT void* malloc(size_t size) {
   auto real = loaded(&hooks::g_real.malloc);
   if (__builtin_expect(real != nullptr && hooks::g_plain_glibc, 1)) {
-    if (__builtin_expect(not_due(&mem::t_mem.countdown, size), 1)) return real(size);
+    if (__builtin_expect(mem::not_due(&mem::t_mem.countdown, size), 1)) return real(size);
     return hooks::malloc_slow(size, MLPROF_CALLER, true);
   }
   return hooks::malloc_slow(size, MLPROF_CALLER, false);
@@ -54,7 +47,7 @@ MLPROF_EXPORT void* calloc(size_t n, size_t size) {
   auto real = loaded(&hooks::g_real.calloc);
   size_t bytes;
   if (__builtin_expect(real != nullptr && hooks::g_plain_glibc && !__builtin_mul_overflow(n, size, &bytes), 1)) {
-    if (__builtin_expect(not_due(&mem::t_mem.countdown, bytes), 1)) return real(n, size);
+    if (__builtin_expect(mem::not_due(&mem::t_mem.countdown, bytes), 1)) return real(n, size);
     return hooks::calloc_slow(n, size, MLPROF_CALLER, true);
   }
   return hooks::calloc_slow(n, size, MLPROF_CALLER, false);
@@ -72,7 +65,7 @@ MLPROF_EXPORT void* realloc(void* p, size_t size) {
   auto real = loaded(&hooks::g_real.realloc);
   if (__builtin_expect(real != nullptr && hooks::g_plain_glibc && !hooks::g_boot.contains(p) &&
                            !mem::g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(p)), 1)) {
-    if (__builtin_expect(not_due(&mem::t_mem.countdown, size), 1)) return real(p, size);
+    if (__builtin_expect(mem::not_due(&mem::t_mem.countdown, size), 1)) return real(p, size);
     return hooks::realloc_slow(p, size, MLPROF_CALLER, true);
   }
   return hooks::realloc_slow(p, size, MLPROF_CALLER, false);
@@ -81,7 +74,7 @@ MLPROF_EXPORT void* realloc(void* p, size_t size) {
 MLPROF_EXPORT void* memcpy(void* dst, const void* src, size_t n) {
   auto real = loaded(&hooks::g_real.memcpy);
   if (__builtin_expect(real != nullptr, 1)) {
-    if (__builtin_expect(not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n);
+    if (__builtin_expect(mem::not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n);
     return hooks::memcpy_slow(dst, src, n, MLPROF_CALLER, true);
   }
   return hooks::memcpy_slow(dst, src, n, MLPROF_CALLER, false);
@@ -90,7 +83,7 @@ MLPROF_EXPORT void* memcpy(void* dst, const void* src, size_t n) {
 MLPROF_EXPORT void* memmove(void* dst, const void* src, size_t n) {
   auto real = loaded(&hooks::g_real.memmove);
   if (__builtin_expect(real != nullptr, 1)) {
-    if (__builtin_expect(not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n);
+    if (__builtin_expect(mem::not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n);
     return hooks::memmove_slow(dst, src, n, MLPROF_CALLER, true);
   }
   return hooks::memmove_slow(dst, src, n, MLPROF_CALLER, false);
@@ -99,7 +92,7 @@ MLPROF_EXPORT void* memmove(void* dst, const void* src, size_t n) {
 MLPROF_EXPORT void* __memcpy_chk(void* dst, const void* src, size_t n, size_t dst_len) {
   auto real = loaded(&hooks::g_real.memcpy_chk);
   if (__builtin_expect(real != nullptr, 1)) {
-    if (__builtin_expect(not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n, dst_len);
+    if (__builtin_expect(mem::not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n, dst_len);
     return hooks::memcpy_chk_slow(dst, src, n, dst_len, MLPROF_CALLER, true);
   }
   return hooks::memcpy_chk_slow(dst, src, n, dst_len, MLPROF_CALLER, false);
@@ -108,7 +101,7 @@ MLPROF_EXPORT void* __memcpy_chk(void* dst, const void* src, size_t n, size_t ds
 MLPROF_EXPORT void* __memmove_chk(void* dst, const void* src, size_t n, size_t dst_len) {
   auto real = loaded(&hooks::g_real.memmove_chk);
   if (__builtin_expect(real != nullptr, 1)) {
-    if (__builtin_expect(not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n, dst_len);
+    if (__builtin_expect(mem::not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n, dst_len);
     return hooks::memmove_chk_slow(dst, src, n, dst_len, MLPROF_CALLER, true);
   }
   return hooks::memmove_chk_slow(dst, src, n, dst_len, MLPROF_CALLER, false);

@@ -213,11 +213,7 @@ __attribute__((noinline)) void* malloc_slow(size_t size, uint64_t caller, bool c
   auto real = get(&g_real.malloc);
   if (__builtin_expect(!real, 0)) return boot_alloc(size, 16);
   MLPROF_FORWARD(real(size));
-  if (counted) {
-    if (result_) mem::sampled_alloc(result_, size, AllocKind::kMalloc, caller);
-  } else {
-    mem::after_alloc(result_, size, AllocKind::kMalloc, caller);
-  }
+  mem::after_alloc_counted(result_, size, AllocKind::kMalloc, caller, counted);
   return result_;
 }
 
@@ -231,11 +227,7 @@ __attribute__((noinline)) void* calloc_slow(size_t n, size_t size, uint64_t call
     return boot_alloc(n * size, 16);  // .bss, never reused: already zero
   }
   MLPROF_FORWARD(real(n, size));
-  if (counted) {
-    if (result_) mem::sampled_alloc(result_, static_cast<uint64_t>(n) * size, AllocKind::kMalloc, caller);
-  } else {
-    mem::after_alloc(result_, static_cast<uint64_t>(n) * size, AllocKind::kMalloc, caller);
-  }
+  mem::after_alloc_counted(result_, static_cast<uint64_t>(n) * size, AllocKind::kMalloc, caller, counted);
   return result_;
 }
 
@@ -271,11 +263,7 @@ __attribute__((noinline)) void* realloc_slow(void* p, size_t size, uint64_t call
   MLPROF_FORWARD(real(p, size));
   // realloc(p, 0) frees p (glibc returns NULL); otherwise NULL means failure and p stays.
   mem::settle_release(p, taken, result_ != nullptr || size == 0);
-  if (counted) {
-    if (result_ && size) mem::sampled_alloc(result_, size, AllocKind::kMalloc, caller);
-  } else if (size) {
-    mem::after_alloc(result_, size, AllocKind::kMalloc, caller);
-  }
+  if (size) mem::after_alloc_counted(result_, size, AllocKind::kMalloc, caller, counted);
   return result_;
 }
 
