@@ -319,6 +319,14 @@ struct HookBudget {
   static constexpr int kPendingFps = 16;
   static constexpr bool kCacheTrackedFps = true;  // the thread's own frames, not torn: see g_code_track
 };
+// The writer walking another thread (walk_thread, wall mode): its stack is the writer's own, but
+// that thread may wake and change its frames during the walk, so like a signal walk it trusts
+// tracked fingerprints and caches none.
+struct OtherThreadBudget {
+  static constexpr int32_t kWindow = HookBudget::kWindow;
+  static constexpr int kPendingFps = HookBudget::kPendingFps;
+  static constexpr bool kCacheTrackedFps = false;
+};
 constexpr uint64_t kPage = 4096;
 
 template <int32_t kWindow>
@@ -428,7 +436,7 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
   // At the end of the walk: the fingerprints still pending, in one read.
   auto flush_fps = [&]() {
     if (npending == 0) return;
-    Span sp[Budget::kPendingFps];
+    Span sp[Budget::kPendingFps] = {};  // (zeroed: GCC cannot see that only nsp <= npending are read)
     int nsp = 0;
     add_fps(0, sp, &nsp);
     finish_fps(0, read_spans<Budget::kPendingFps>(pid, sp, nsp));
@@ -716,7 +724,7 @@ int walk_thread(uint64_t pthread_id, uint32_t tid, RawPyFrame* out, int max, uin
       const bool match = tl.ts_native_id != kNone ? load<uint64_t>(ts, tl.ts_native_id) == tid ||
                                                         load<uint64_t>(ts, tl.ts_thread_id) == pthread_id
                                                   : load<uint64_t>(ts, tl.ts_thread_id) == pthread_id;
-      if (match) return walk_tstate<HookBudget>(pid, s, tstate, out, max, sample_flags);
+      if (match) return walk_tstate<OtherThreadBudget>(pid, s, tstate, out, max, sample_flags);
       tstate = load<uint64_t>(ts, tl.ts_next);
     }
     interp = next_interp;
