@@ -127,11 +127,10 @@ TEST_P(PythonMemory, AllocationsInReplacedCodeObjectsStayOnTheirOwnLines) {
 }
 
 // Objects from each of pymalloc's paths: small ones from its pools through PyObject_Malloc and
-// PyObject_Calloc (the wrappers' unguarded fast path: pymalloc's arenas must not be counted as
-// well, 1 MiB per 1 MiB of objects), large ones passed on to malloc (guarded: not counted twice
-// either). Each line's bytes allocated and live at the peak are its objects' own sizes.
-// With PYTHONMALLOC=malloc every object comes from malloc: the wrappers must then take the
-// guarded path for small objects too.
+// PyObject_Calloc (pymalloc's arenas, mapped as they fill, must not be counted as well: 1 MiB per
+// 1 MiB of objects), large ones passed on to malloc (not counted twice either). Each line's bytes
+// allocated and live at the peak are its objects' own sizes. With PYTHONMALLOC=malloc every
+// object comes from malloc, under the same wrappers.
 void expect_objects_counted_once(const Interpreter& py, const std::vector<std::string>& env) {
   const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_small.py";
   Profiled r;
