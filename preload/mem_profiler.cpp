@@ -98,6 +98,22 @@ void capture_stack(RawMemEvent* ev, uint64_t caller, bool* new_code) {
   ev->flags = flags;
 }
 
+// pymalloc's own bookkeeping, reached while a CPython wrapper's fast path runs it without the
+// guard: the `arenas` array's realloc before a new arena and the radix tree's calloc after it
+// (the arena's mmap itself runs under the guard: mem_python.cpp). These blocks live until exit,
+// are not the program's objects (those are counted by the wrapper), and would otherwise show as
+// an unfreed-at-exit candidate at whichever line needed the arena. The stack of such an
+// allocation passes through the frame that returns to the wrapper's call site; a frame returning
+// there is an allocator call still in progress, and only the fast path runs one without the guard.
+bool in_unguarded_pymalloc(const RawMemEvent* ev) {
+  const uint64_t ra = t_mem.py_fast_ra;
+  if (!ra) return false;
+  const auto* pcs = reinterpret_cast<const uint64_t*>(ev + 1);
+  for (uint16_t i = 1; i < ev->nframes; ++i)
+    if (pcs[i] == ra) return true;
+  return false;
+}
+
 uint32_t event_len(const RawMemEvent* ev) {
   return static_cast<uint32_t>(sizeof(RawMemEvent) + ev->nframes * sizeof(uint64_t) +
                                ev->npy * sizeof(python::RawPyFrame));
@@ -159,6 +175,10 @@ void record_alloc(void* p, uint64_t size, uint64_t weight, wire::AllocKind kind,
   memset(ev, 0, sizeof *ev);
   bool new_code = false;
   capture_stack(ev, caller, &new_code);
+  if (kind != wire::AllocKind::kPython && in_unguarded_pymalloc(ev)) {
+    es.abandon();
+    return;
+  }
   const uint64_t id = next_alloc_id();
   uint64_t replaced = 0;
   if (!g_mem.table.insert(reinterpret_cast<uint64_t>(p), id, &replaced)) {

@@ -25,6 +25,17 @@ enum Domain : int { kRaw = 0, kMem = 1, kObj = 2 };
 using GetAllocatorFn = void (*)(int domain, PyMemAllocatorEx* out);
 using SetAllocatorFn = void (*)(int domain, PyMemAllocatorEx* in);
 using IsInitializedFn = int (*)();
+using AllocatorNameFn = const char* (*)();
+// PyObjectArenaAllocator (stable since 3.4): where pymalloc gets its arenas (256 KiB-1 MiB mmaps).
+struct PyObjectArenaAllocator {
+  void* ctx;
+  void* (*alloc)(void* ctx, size_t size);
+  void (*free)(void* ctx, void* ptr, size_t size);
+};
+using ArenaAllocatorFn = void (*)(PyObjectArenaAllocator* allocator);
+// pymalloc serves requests up to SMALL_REQUEST_THRESHOLD bytes from its pools (512 on 3.8-3.13);
+// 0 bytes and larger requests go to the raw domain (malloc).
+constexpr uint32_t kPymallocMax = 512;
 
 // Each (re)wrapping installs a fresh generation of wrappers whose saved original is written once,
 // before it is installed, and never again: a generation that is still somewhere in the chain (a
@@ -39,22 +50,58 @@ IsInitializedFn g_is_init = nullptr;
 
 inline uint64_t ra() { return reinterpret_cast<uint64_t>(__builtin_return_address(0)); }
 
+// Requests of 1..g_fast[D][G] bytes skip the guard: the original allocator serves them without
+// calling malloc or mmap itself (pymalloc from its pools; a new arena comes from the arena
+// allocator, which runs under the guard: wrap_arenas). 0 when the original is not known to be
+// pymalloc (PYTHONMALLOC=malloc, debug hooks, another tool's wrapper): every call then takes the
+// guarded path, or its nested malloc would be counted a second time.
+uint32_t g_fast[3][kGenerations];
+
 template <int D, int G>
-void* py_malloc(void*, size_t size) {
+__attribute__((noinline)) void* py_malloc_slow(size_t size, uint64_t caller, bool counted) {
   ++t_mem.guard;
   void* p = g_orig[D][G].malloc(g_orig[D][G].ctx, size);
   --t_mem.guard;
-  after_alloc(p, size, wire::AllocKind::kPython, ra());
+  after_alloc_counted(p, size, wire::AllocKind::kPython, caller, counted);
+  return p;
+}
+
+// The common case is a tail jump to the original: one size compare and the thread's countdown
+// (like memory_entry.cpp's malloc), no guard, no frame of its own around the call.
+template <int D, int G>
+void* py_malloc(void*, size_t size) {
+  if (__builtin_expect(size - 1 < __atomic_load_n(&g_fast[D][G], __ATOMIC_RELAXED), 1)) {
+    if (__builtin_expect(not_due(&t_mem.countdown, size), 1)) {
+      t_mem.py_fast_ra = ra();  // its bookkeeping's malloc samples are dropped (record_alloc)
+      return g_orig[D][G].malloc(g_orig[D][G].ctx, size);
+    }
+    return py_malloc_slow<D, G>(size, ra(), true);
+  }
+  return py_malloc_slow<D, G>(size, ra(), false);
+}
+
+template <int D, int G>
+__attribute__((noinline)) void* py_calloc_slow(size_t nelem, size_t elsize, uint64_t caller, bool counted) {
+  ++t_mem.guard;
+  void* p = g_orig[D][G].calloc(g_orig[D][G].ctx, nelem, elsize);
+  --t_mem.guard;
+  after_alloc_counted(p, static_cast<uint64_t>(nelem) * elsize, wire::AllocKind::kPython, caller, counted);
   return p;
 }
 
 template <int D, int G>
 void* py_calloc(void*, size_t nelem, size_t elsize) {
-  ++t_mem.guard;
-  void* p = g_orig[D][G].calloc(g_orig[D][G].ctx, nelem, elsize);
-  --t_mem.guard;
-  after_alloc(p, static_cast<uint64_t>(nelem) * elsize, wire::AllocKind::kPython, ra());
-  return p;
+  size_t size;
+  const bool small = !__builtin_mul_overflow(nelem, elsize, &size) &&
+                     size - 1 < __atomic_load_n(&g_fast[D][G], __ATOMIC_RELAXED);
+  if (__builtin_expect(small, 1)) {
+    if (__builtin_expect(not_due(&t_mem.countdown, size), 1)) {
+      t_mem.py_fast_ra = ra();
+      return g_orig[D][G].calloc(g_orig[D][G].ctx, nelem, elsize);
+    }
+    return py_calloc_slow<D, G>(nelem, elsize, ra(), true);
+  }
+  return py_calloc_slow<D, G>(nelem, elsize, ra(), false);
 }
 
 // Frees keep the existing behaviour (a FREE before the original call; no failure to undo: a
@@ -102,9 +149,24 @@ bool is_ours(MallocFn f) {
   return is_ours_impl<D>(f, std::make_index_sequence<kGenerations>{});
 }
 
+// The MEM and OBJ allocators as they were when _PyMem_GetCurrentAllocatorName said "pymalloc"
+// (CPython's default: pymalloc for both, malloc for RAW); null until then.
+PyMemAllocatorEx g_pymalloc[3];
+AllocatorNameFn g_name = nullptr;
+
+// The fast path's limit for wrapping `cur` in domain D: pymalloc's own threshold when cur is the
+// interpreter's pymalloc, else 0. The arena allocator must be wrapped (g_arenas_wrapped).
+bool g_arenas_wrapped = false;
+template <int D>
+uint32_t fast_limit(const PyMemAllocatorEx& cur) {
+  if (!g_arenas_wrapped || !g_pymalloc[D].malloc) return 0;
+  return memcmp(&cur, &g_pymalloc[D], sizeof cur) == 0 ? kPymallocMax : 0;
+}
+
 template <int D, int G>
 void install(const PyMemAllocatorEx& cur) {
   g_orig[D][G] = cur;
+  __atomic_store_n(&g_fast[D][G], fast_limit<D>(cur), __ATOMIC_RELAXED);
   std::atomic_thread_fence(std::memory_order_release);
   PyMemAllocatorEx mine{cur.ctx, &py_malloc<D, G>, &py_calloc<D, G>, &py_realloc<D, G>, &py_free<D, G>};
   g_set(D, &mine);
@@ -136,6 +198,64 @@ bool wrap(int gen) {
   return true;
 }
 
+// Remembers the allocators as pymalloc's when the interpreter says they are (no wrapper, ours or
+// another tool's, is installed in any domain: the name is computed from all three). The name is
+// asked before and after reading them, so a replacement in between is noticed.
+// Only from python_try_hook, while Py_IsInitialized: on 3.12 the function takes the runtime's
+// allocator lock, which is freed at the end of finalization (a call at exit crashed). So a
+// process where another tool wrapped the allocators first (PYTHONTRACEMALLOC=1) never learns
+// pymalloc's, and its wrappers always take the guarded path.
+void learn_pymalloc() {
+  if (!g_name) return;
+  const char* before = g_name();
+  if (!before || strcmp(before, "pymalloc") != 0) return;
+  PyMemAllocatorEx mem{}, obj{};
+  if (!read_allocator(kMem, &mem) || !read_allocator(kObj, &obj)) return;
+  const char* after = g_name();
+  if (!after || strcmp(after, "pymalloc") != 0) return;
+  g_pymalloc[kMem] = mem;
+  g_pymalloc[kObj] = obj;
+}
+
+// pymalloc's arenas: allocated under the guard, like the guarded wrappers' nested calls, so the
+// fast path (which calls pymalloc without the guard) never counts an arena's mmap as the
+// program's. The struct passed carries the original ctx and free: a torn read mixes old and new
+// only in `alloc`, and both lead to the original.
+PyObjectArenaAllocator g_arena_orig;
+void* arena_alloc(void*, size_t size) {
+  ++t_mem.guard;
+  void* p = g_arena_orig.alloc(g_arena_orig.ctx, size);
+  --t_mem.guard;
+  return p;
+}
+ArenaAllocatorFn g_get_arena = nullptr, g_set_arena = nullptr;
+
+void wrap_arenas() {
+  g_get_arena = reinterpret_cast<ArenaAllocatorFn>(dlsym(RTLD_DEFAULT, "PyObject_GetArenaAllocator"));
+  g_set_arena = reinterpret_cast<ArenaAllocatorFn>(dlsym(RTLD_DEFAULT, "PyObject_SetArenaAllocator"));
+  if (!g_get_arena || !g_set_arena) return;
+  PyObjectArenaAllocator cur{};
+  g_get_arena(&cur);
+  if (!cur.alloc || !cur.free) return;
+  g_arena_orig = cur;
+  std::atomic_thread_fence(std::memory_order_release);
+  PyObjectArenaAllocator mine{cur.ctx, &arena_alloc, cur.free};
+  g_set_arena(&mine);
+  g_arenas_wrapped = true;
+}
+
+// Someone replaced the arena allocator after mlprof wrapped it: arenas are no longer allocated
+// under the guard, so every wrapper takes the guarded path from now on.
+void check_arenas() {
+  if (!g_arenas_wrapped) return;
+  PyObjectArenaAllocator cur{};
+  g_get_arena(&cur);
+  if (cur.alloc == &arena_alloc) return;
+  g_arenas_wrapped = false;
+  for (auto& d : g_fast)
+    for (auto& limit : d) __atomic_store_n(&limit, 0u, __ATOMIC_RELAXED);
+}
+
 // Replacements seen by python_check_hook, per domain: the foreign allocator and how many cycles
 // in a row it has been there.
 PyMemAllocatorEx g_seen[3];
@@ -157,6 +277,9 @@ bool python_try_hook() {
   if (!is_init()) return false;  // start-up may still set the allocators up: try next cycle
   PyMemAllocatorEx probe{};
   if (!read_allocator(kMem, &probe) || !read_allocator(kObj, &probe)) return false;  // try next cycle
+  g_name = reinterpret_cast<AllocatorNameFn>(dlsym(RTLD_DEFAULT, "_PyMem_GetCurrentAllocatorName"));
+  learn_pymalloc();
+  if (!g_arenas_wrapped && g_pymalloc[kObj].malloc) wrap_arenas();
   const bool ok = wrap<kMem>(0) && wrap<kObj>(0);
   if (!ok) return false;
   g_used = 1;
@@ -199,6 +322,7 @@ HookCheck python_check_hook() {
   // check then either).
   if (!g_is_init || !g_is_init()) return HookCheck::kHooked;
   if (g_used > kGenerations) return HookCheck::kHooked;  // lost, and kLost was returned once already
+  check_arenas();
   const HookCheck a = check_domain<kMem>(), b = check_domain<kObj>();
   if (a == HookCheck::kLost || b == HookCheck::kLost) {
     g_used = kGenerations + 1;

@@ -10,9 +10,11 @@
 // struct given to PyMem_SetAllocator carries the ORIGINAL ctx: a thread that reads the allocator
 // struct while it is being replaced (a torn read: new function and old ctx, or the reverse) still
 // ends up in the original allocator with its own ctx. The guard is held around the original
-// call, so its nested malloc/mmap (large objects, new arenas, pymalloc's own bookkeeping) is not
-// counted a second time. Frees tail-jump to the original unless the block was sampled or is a
-// code object while code frees are tracked.
+// call, so its nested malloc/mmap (large objects, new arenas) is not counted a second time;
+// except, when the original is pymalloc, for requests of 1-512 bytes, which pymalloc serves
+// from its pools: those tail-jump to it, and its arena allocator is wrapped to take the guard.
+// The bookkeeping pymalloc does for a new arena in such a call (malloc'd, outside the guard) is
+// recognised by its stack and dropped (mem::ThreadState::py_fast_ra, mem_profiler.cpp).
 // Writer thread only (try_hook, check_hook); the wrappers run on Python threads, not in signal context.
 #pragma once
 

@@ -30,6 +30,10 @@ struct ThreadState {
   uint64_t next_id, end_id; // this thread's block of allocation ids [next_id, end_id)
   bool seeded, copy_seeded; // the countdowns were drawn
   bool ring_stuck;          // a wait for ring space timed out and no event got in since
+  // The return address of this thread's latest call to a CPython allocator wrapper that went to
+  // pymalloc WITHOUT the guard (mem_python.cpp's fast path). A malloc-hook sample whose stack still
+  // returns there was made by pymalloc itself for its own bookkeeping and is dropped (record_alloc).
+  uint64_t py_fast_ra;
 };
 
 extern __thread ThreadState t_mem __attribute__((tls_model("initial-exec")));
