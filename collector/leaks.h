@@ -65,8 +65,15 @@ GrowthFit fit_growth(const LeakInput& in, const LeakSite& site, const LeakRules&
 // Candidates of one process, biggest first.
 std::vector<profile::LeakCandidate> find_leaks(const LeakInput& in, const LeakRules& rules = {});
 
-// Allocations the C runtime keeps on purpose for the life of the process: the thread-stack cache's
-// TLS blocks (glibc's pthread_create -> _dl_allocate_tls, dynamic TLS in __tls_get_addr).
+// Allocations a runtime keeps on purpose for the life of the process:
+//  * the C runtime's: the thread-stack cache's TLS blocks (glibc's pthread_create ->
+//    _dl_allocate_tls, dynamic TLS in __tls_get_addr);
+//  * what a Python extension module's initialization keeps: CPython never unloads extension
+//    modules, so the types, tables and objects their PyInit_* function sets up live until exit.
+//    Recognised by the importer's Python frame that runs it (create_module of
+//    <frozen importlib._bootstrap_external>'s ExtensionFileLoader, or of <frozen
+//    importlib._bootstrap>'s BuiltinImporter), which is there even when the native frames of a
+//    module loaded a moment before could not be unwound yet, or by a native PyInit_* frame.
 bool runtime_internal_stack(const profile::Profile& p, uint32_t stack);
 
 }  // namespace mlprof::collector
