@@ -90,15 +90,11 @@ std::vector<profile::LeakCandidate> find_leaks(const LeakInput& in, const LeakRu
 
 namespace {
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // create_module (3.8-3.10 name their frames by function, 3.11+ by qualified name) in one of the
 // importer's frozen modules.
 bool importer_create_module(std::string_view function, std::string_view file) {
   if (file != "<frozen importlib._bootstrap_external>" && file != "<frozen importlib._bootstrap>") return false;
-  return function == "create_module" || ends_with(function, ".create_module");
+  return function == "create_module" || function.ends_with(".create_module");
 }
 
 }  // namespace
@@ -115,7 +111,7 @@ bool runtime_internal_stack(const profile::Profile& p, uint32_t stack) {
     }
     if (frame.kind != profile::FrameKind::kNative) continue;
     for (std::string_view internal : {"_dl_allocate_tls", "__tls_get_addr", "_dl_update_slotinfo", "pthread_create", "PyInit_"})
-      if (name.substr(0, internal.size()) == internal) return true;
+      if (name.starts_with(internal)) return true;
   }
   return false;
 }
