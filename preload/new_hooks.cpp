@@ -44,8 +44,6 @@ Fn next(Fn* slot, const char* name) {
   return f;
 }
 
-inline uint64_t caller_of(void* ra) { return reinterpret_cast<uint64_t>(ra); }
-
 // operator new's contract on top of the malloc family, for an operator with no next definition.
 void* fallback_new(std::size_t size, std::size_t align, bool nothrow) {
   if (size == 0) size = 1;
@@ -95,10 +93,13 @@ struct NextOps {
   DeleteAlignNothrowFn dl_al_nt, da_al_nt;
 } g_next;
 
-// The allocation: the next operator (or the fallback), then the sample.
-template <typename Call>
-inline void* allocate(std::size_t size, uint64_t caller, Call call) {
-  void* p = call();
+// One operator new: the next definition (or the fallback, with its alignment and nothrow-ness),
+// then the sample. `caller` is the operator's own return address.
+template <typename Fn, typename... Args>
+inline void* allocate(Fn* slot, const char* name, uint64_t caller, std::size_t size, std::size_t align, bool nothrow,
+                      const Args&... args) {
+  Fn f = next(slot, name);
+  void* p = f ? f(size, args...) : fallback_new(size, align, nothrow);
   mem::after_alloc(p, size, AllocKind::kMalloc, caller);
   return p;
 }
@@ -117,68 +118,33 @@ inline void release(Fn f, void* p, Args... args) {
 
 // ---- new ---------------------------------------------------------------------------------------
 
+#define MLPROF_CALLER reinterpret_cast<uint64_t>(__builtin_return_address(0))  // as memory_entry.cpp
+
 MLPROF_NEW_EXPORT void* operator new(std::size_t size) {
-  const uint64_t caller = caller_of(__builtin_return_address(0));
-  return allocate(size, caller, [&] {
-    auto f = next(&g_next.nw, "_Znwm");
-    return f ? f(size) : fallback_new(size, 0, false);
-  });
+  return allocate(&g_next.nw, "_Znwm", MLPROF_CALLER, size, 0, false);
 }
-
 MLPROF_NEW_EXPORT void* operator new[](std::size_t size) {
-  const uint64_t caller = caller_of(__builtin_return_address(0));
-  return allocate(size, caller, [&] {
-    auto f = next(&g_next.na, "_Znam");
-    return f ? f(size) : fallback_new(size, 0, false);
-  });
+  return allocate(&g_next.na, "_Znam", MLPROF_CALLER, size, 0, false);
 }
-
 MLPROF_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t al) {
-  const uint64_t caller = caller_of(__builtin_return_address(0));
-  return allocate(size, caller, [&] {
-    auto f = next(&g_next.nw_al, "_ZnwmSt11align_val_t");
-    return f ? f(size, al) : fallback_new(size, static_cast<std::size_t>(al), false);
-  });
+  return allocate(&g_next.nw_al, "_ZnwmSt11align_val_t", MLPROF_CALLER, size, static_cast<std::size_t>(al), false, al);
 }
-
 MLPROF_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t al) {
-  const uint64_t caller = caller_of(__builtin_return_address(0));
-  return allocate(size, caller, [&] {
-    auto f = next(&g_next.na_al, "_ZnamSt11align_val_t");
-    return f ? f(size, al) : fallback_new(size, static_cast<std::size_t>(al), false);
-  });
+  return allocate(&g_next.na_al, "_ZnamSt11align_val_t", MLPROF_CALLER, size, static_cast<std::size_t>(al), false, al);
 }
-
 MLPROF_NEW_EXPORT void* operator new(std::size_t size, const std::nothrow_t& nt) noexcept {
-  const uint64_t caller = caller_of(__builtin_return_address(0));
-  return allocate(size, caller, [&] {
-    auto f = next(&g_next.nw_nt, "_ZnwmRKSt9nothrow_t");
-    return f ? f(size, nt) : fallback_new(size, 0, true);
-  });
+  return allocate(&g_next.nw_nt, "_ZnwmRKSt9nothrow_t", MLPROF_CALLER, size, 0, true, nt);
 }
-
 MLPROF_NEW_EXPORT void* operator new[](std::size_t size, const std::nothrow_t& nt) noexcept {
-  const uint64_t caller = caller_of(__builtin_return_address(0));
-  return allocate(size, caller, [&] {
-    auto f = next(&g_next.na_nt, "_ZnamRKSt9nothrow_t");
-    return f ? f(size, nt) : fallback_new(size, 0, true);
-  });
+  return allocate(&g_next.na_nt, "_ZnamRKSt9nothrow_t", MLPROF_CALLER, size, 0, true, nt);
 }
-
 MLPROF_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t al, const std::nothrow_t& nt) noexcept {
-  const uint64_t caller = caller_of(__builtin_return_address(0));
-  return allocate(size, caller, [&] {
-    auto f = next(&g_next.nw_al_nt, "_ZnwmSt11align_val_tRKSt9nothrow_t");
-    return f ? f(size, al, nt) : fallback_new(size, static_cast<std::size_t>(al), true);
-  });
+  return allocate(&g_next.nw_al_nt, "_ZnwmSt11align_val_tRKSt9nothrow_t", MLPROF_CALLER, size,
+                  static_cast<std::size_t>(al), true, al, nt);
 }
-
 MLPROF_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t al, const std::nothrow_t& nt) noexcept {
-  const uint64_t caller = caller_of(__builtin_return_address(0));
-  return allocate(size, caller, [&] {
-    auto f = next(&g_next.na_al_nt, "_ZnamSt11align_val_tRKSt9nothrow_t");
-    return f ? f(size, al, nt) : fallback_new(size, static_cast<std::size_t>(al), true);
-  });
+  return allocate(&g_next.na_al_nt, "_ZnamSt11align_val_tRKSt9nothrow_t", MLPROF_CALLER, size,
+                  static_cast<std::size_t>(al), true, al, nt);
 }
 
 // ---- delete ------------------------------------------------------------------------------------
