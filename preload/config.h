@@ -17,6 +17,11 @@ enum class UnwinderKind : uint8_t { kCfi, kLibunwind };
 // cpu: CPU-time sampling only. wall: also off-CPU waits of blocked threads (preload/wall_sampler.h).
 enum class ProfileMode : uint8_t { kCpu, kWall };
 
+// MLPROF_TIMER=auto (the default) uses POSIX CPU-time timers up to this rate and perf task-clock
+// events above it: every Linux kernel ticks at least 100 times a second (CONFIG_HZ >= 100), so a
+// tick-driven timer delivers this rate everywhere.
+inline constexpr uint32_t kTickSafeRateHz = 100;
+
 struct Config {
   bool enabled = false;          // false: no MLPROF_SOCKET/MLPROF_OUTPUT_DIR, or MLPROF_DISABLE=1
   char socket_path[108] = {};    // MLPROF_SOCKET: the collector's Unix socket
@@ -24,7 +29,7 @@ struct Config {
   uint32_t rate_hz = 100;        // MLPROF_RATE: 1..10000
   int signo = 0;                 // MLPROF_SIGNAL: sampling signal (default SIGRTMIN+5)
   UnwinderKind unwinder = UnwinderKind::kCfi;  // MLPROF_UNWINDER
-  TimerSource timer = TimerSource::kPerfTaskClock;  // MLPROF_TIMER: perf (default) or timer
+  TimerSource timer = TimerSource::kThreadCpuTimer;  // MLPROF_TIMER: auto (default: by rate), perf or timer
   bool quiet = false;            // MLPROF_QUIET=1: no stderr messages from the preload
   ProfileMode mode = ProfileMode::kCpu;  // MLPROF_MODE: cpu (default) or wall
   // Memory profiling (preload/mem_*.h, docs/usage.md).

@@ -1,11 +1,13 @@
-// The per-thread sampling clock. Two sources, both counting the thread's own CPU time:
-//  - perf task-clock (default): perf_event_open(PERF_COUNT_SW_TASK_CLOCK) for the thread, overflow
-//    signals routed to it with F_SETOWN_EX/F_SETSIG, re-armed by the handler (PERF_EVENT_IOC_REFRESH).
-//    Delivers the requested rate (measured ~990 signals/s at 1 kHz on a 2-core VM).
-//  - POSIX CPU-time timer: timer_create(CLOCK_THREAD_CPUTIME_ID, SIGEV_THREAD_ID). Driven by the
-//    scheduler tick (CONFIG_HZ, e.g. 250/s): above that rate signals are merged and the handler
-//    weights a sample by si_overrun. Used where perf events are not permitted (perf_event_paranoid
-//    3, seccomp, no fds left) or with MLPROF_TIMER=timer.
+// The per-thread sampling clock. Two sources, both counting the thread's own CPU time; config.cpp
+// picks one by rate (MLPROF_TIMER=auto), and each falls back to the other when it cannot start:
+//  - POSIX CPU-time timer (rates <= 100 Hz): timer_create(CLOCK_THREAD_CPUTIME_ID, SIGEV_THREAD_ID).
+//    Driven by the scheduler tick (CONFIG_HZ, e.g. 250/s): above that rate signals are merged and
+//    the handler weights a sample by si_overrun. Costs nothing per context switch.
+//  - perf task-clock (rates above 100 Hz, or MLPROF_TIMER=perf): perf_event_open(
+//    PERF_COUNT_SW_TASK_CLOCK) for the thread, overflow signals routed to it with
+//    F_SETOWN_EX/F_SETSIG, re-armed by the handler (PERF_EVENT_IOC_REFRESH). Delivers the requested
+//    rate (measured ~990 signals/s at 1 kHz on a 2-core VM), but the kernel switches the event out
+//    and in with its thread: ~2 us per context switch on a KVM guest (bench/ctxswitch_cost.sh).
 #pragma once
 #include <signal.h>
 #include <time.h>

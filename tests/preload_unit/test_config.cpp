@@ -19,7 +19,7 @@ std::vector<std::string> g_messages;
 void capture(const char* msg) { g_messages.emplace_back(msg); }
 
 const char* const kVars[] = {"MLPROF_SOCKET", "MLPROF_OUTPUT_DIR", "MLPROF_RATE",  "MLPROF_SIGNAL",
-                             "MLPROF_UNWINDER", "MLPROF_DISABLE",   "MLPROF_QUIET"};
+                             "MLPROF_UNWINDER", "MLPROF_DISABLE",   "MLPROF_QUIET", "MLPROF_TIMER"};
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -152,6 +152,26 @@ TEST_F(ConfigTest, Unwinder) {
     EXPECT_EQ(c.unwinder, UnwinderKind::kCfi) << text;
     ASSERT_EQ(g_messages.size(), 1u) << text;
     EXPECT_EQ(g_messages[0], std::string("MLPROF_UNWINDER=") + text + " is not an unwinder (cfi or libunwind); using cfi");
+  }
+}
+
+TEST_F(ConfigTest, TimerFollowsTheRateUnlessChosen) {
+  // auto (unset): POSIX CPU timers up to 100 Hz, which every kernel's tick delivers and which cost
+  // nothing per context switch; perf task-clock events above, where the tick would limit the rate.
+  EXPECT_EQ(load({{"MLPROF_SOCKET", kSock}}).timer, TimerSource::kThreadCpuTimer);
+  EXPECT_EQ(load({{"MLPROF_SOCKET", kSock}, {"MLPROF_RATE", "100"}}).timer, TimerSource::kThreadCpuTimer);
+  EXPECT_EQ(load({{"MLPROF_SOCKET", kSock}, {"MLPROF_RATE", "101"}}).timer, TimerSource::kPerfTaskClock);
+  EXPECT_EQ(load({{"MLPROF_SOCKET", kSock}, {"MLPROF_RATE", "1000"}, {"MLPROF_TIMER", "auto"}}).timer,
+            TimerSource::kPerfTaskClock);
+  EXPECT_EQ(load({{"MLPROF_SOCKET", kSock}, {"MLPROF_TIMER", "perf"}}).timer, TimerSource::kPerfTaskClock);
+  EXPECT_EQ(load({{"MLPROF_SOCKET", kSock}, {"MLPROF_RATE", "1000"}, {"MLPROF_TIMER", "timer"}}).timer,
+            TimerSource::kThreadCpuTimer);
+  EXPECT_TRUE(g_messages.empty());
+  for (const char* text : {"bogus", "", "PERF"}) {
+    Config c = load({{"MLPROF_SOCKET", kSock}, {"MLPROF_RATE", "500"}, {"MLPROF_TIMER", text}});
+    EXPECT_EQ(c.timer, TimerSource::kPerfTaskClock) << text;  // auto at 500 Hz
+    ASSERT_EQ(g_messages.size(), 1u) << text;
+    EXPECT_EQ(g_messages[0], std::string("MLPROF_TIMER=") + text + " is not a timer source (auto, perf or timer); using auto");
   }
 }
 
