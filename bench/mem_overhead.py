@@ -59,6 +59,10 @@ def configs(build):
         "mlprof": ("mlprof", ml(), None),
         "mlprof --no-memory": ("mlprof", ml("--no-memory"), None),
         "mlprof exact": ("mlprof", ml("--mem-interval", "1"), None),
+        # Other sampling intervals than the default, for the interval/overhead trade-off.
+        "mlprof 256K": ("mlprof", ml("--mem-interval", "256K"), None),
+        "mlprof 1M": ("mlprof", ml("--mem-interval", "1M"), None),
+        "mlprof 2M": ("mlprof", ml("--mem-interval", "2M"), None),
         "heaptrack": ("tool", lambda f: [ht, "-o", f + ".heaptrack"], None if ht else "not installed (heaptrack)"),
         # The static wrapper runs under valgrind too; the workload is its child.
         "massif": ("tool", lambda f: [vg, "-q", "--tool=massif", "--trace-children=yes",
@@ -166,7 +170,8 @@ def main():
         if not os.access(os.path.join(build, exe), os.X_OK):
             sys.exit("mem_overhead: %s/%s not found; run ./scripts/build.sh first" % (build, exe))
     cfgs = configs(build)
-    keep = set(c.strip() for c in a.configs.split(",") if c.strip())
+    keep_order = [c.strip() for c in a.configs.split(",") if c.strip()]
+    keep = set(keep_order)
     if keep - set(cfgs):
         sys.exit("unknown configuration(s): %s; known: %s" % (", ".join(sorted(keep - set(cfgs))), ", ".join(cfgs)))
     facts = machine_facts()
@@ -184,8 +189,8 @@ def main():
     try:
         for wl in wls:
             rel, full, quick, names = WORKLOADS[wl]
-            if keep:
-                names = [n for n in names if n == "unprofiled" or n in keep]
+            if keep:  # the configurations asked for, in their order, unprofiled first
+                names = ["unprofiled"] + [n for n in keep_order if n != "unprofiled"]
             cmd = [os.path.join(build, rel)] + (quick if a.quick else full)
             live = [n for n in names if not cfgs[n][2]]
             results, notes = {}, {}
