@@ -107,6 +107,9 @@ def configs(build, perf_note):
         ("mlprof 100 Hz wall no-memory", "mlprof", ml("--rate", "100", "--mode", "wall", "--no-memory"), None, None),
         # The design: POSIX CPU-time timers, tick-limited like gperftools, missed ticks weighted.
         ("mlprof 1000 Hz timer", "mlprof", ml("--rate", "1000"), lambda f: {"MLPROF_TIMER": "timer"}, None),
+        # The clock the 100 Hz default used before session 8 (perf events: ~2 us per context switch).
+        ("mlprof 100 Hz perf clock no-memory", "mlprof", ml("--rate", "100", "--no-memory"),
+         lambda f: {"MLPROF_TIMER": "perf"}, None),
         ("mlprof 100 Hz libunwind", "mlprof", ml("--rate", "100", "--unwinder", "libunwind"), None, None),
         ("gperftools 100 Hz", "gperf", lambda f: [], gpe(100), gp),
         ("gperftools 1000 Hz", "gperf", lambda f: [], gpe(1000), gp),
