@@ -119,7 +119,7 @@ void load_config(Config& cfg, void (*report)(const char* msg)) {
       cfg.mem_interval = v;
     else
       complain("%s=%s is not a sampling interval in bytes (1 = every allocation, up to 2^40); "
-               "using 524288", "MLPROF_MEM_INTERVAL", iv);
+               "using 1048576", "MLPROF_MEM_INTERVAL", iv);
   }
 
   if (const char* iv = getenv("MLPROF_COPY_INTERVAL")) {

@@ -9,7 +9,7 @@ namespace mlprof::preload {
 
 // Mean allocated bytes between two sampled allocations (docs/how-it-works.md, "Memory", says
 // how it was chosen), and between two sampled memcpy/memmove calls.
-inline constexpr uint64_t kDefaultMemInterval = 512 * 1024;
+inline constexpr uint64_t kDefaultMemInterval = 1024 * 1024;
 inline constexpr uint64_t kDefaultCopyInterval = 1024 * 1024;
 inline constexpr uint64_t kMaxMemInterval = uint64_t{1} << 40;
 

@@ -98,8 +98,8 @@ TEST(MemoryLeak, SampledLeakOfAThousandIntervalsIsWithinTenPercent) {
 }
 
 TEST(MemoryLeak, DefaultIntervalFindsASiteOfTwentyIntervals) {
-  const uint64_t n = 3100;
-  const int64_t size = 4099;  // 12.7 MB: 24 intervals of 512 KiB
+  const uint64_t n = 6200;
+  const int64_t size = 4099;  // 25.4 MB: 24 intervals of 1 MiB
   Profiled r = profile_run({fixture("fixture_mem_leak"), std::to_string(n), std::to_string(size), "100000"});
   ASSERT_TRUE(r.ok);
   ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
@@ -213,14 +213,14 @@ double server_leak_rate(const std::string& out, int64_t per_request, long long* 
 }
 
 TEST(MemoryServer, LeakOfAServerStoppedByDurationIsFoundFromGrowth) {
-  // At the default interval, 8209 B x 2000 requests/s (16 MB/s: ~94 intervals of 512 KiB in 3 s) is
+  // At the default interval, 16411 B x 2000 requests/s (33 MB/s: ~94 intervals of 1 MiB in 3 s) is
   // found and its slope is of the right order; at 64 KiB, 4099 B x 2000/s (~375 intervals) has its
   // slope within 20%.
   struct Case {
     std::string interval;
     int64_t per_request;
   };
-  for (const Case& c : {Case{"", 8209}, Case{"64K", 4099}}) {
+  for (const Case& c : {Case{"", 16411}, Case{"64K", 4099}}) {
     const std::string& interval = c.interval;
     const int64_t per_request = c.per_request;
     std::vector<std::string> opts = {"--duration", "3"};

@@ -33,7 +33,7 @@ void run_hooked(const std::vector<std::string>& cmd, const std::vector<std::stri
 TEST_P(PythonMemory, GrowingListIsALeakAndABoundedCacheIsNot) {
   const Interpreter& py = GetParam();
   // 64 KiB interval: ~480 samples per line, so the per-line byte totals below are within +-5%
-  // (one standard deviation); at the default 512 KiB (~60 samples, +-13%) the +-50% bound on the
+  // (one standard deviation); at 512 KiB (~60 samples, +-13%) the +-50% bound on the
   // cache line failed once in CI.
   Profiled r = profile_run({py.path, kLeakPy, "2.5"}, {"--mem-interval", "64K"});
   ASSERT_TRUE(r.ok);
@@ -90,7 +90,7 @@ TEST_P(PythonMemory, CopiesAtTheirLine) {
 TEST_P(PythonMemory, ObjectsAfterTracemallocStopStillCount) {
   const Interpreter& py = GetParam();
   const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_tracemalloc.py";
-  Profiled r = profile_run({py.path, script, "48", "200"}, {}, {"PYTHONTRACEMALLOC=1"});
+  Profiled r = profile_run({py.path, script, "48", "200"}, {"--mem-interval", "512K"}, {"PYTHONTRACEMALLOC=1"});
   ASSERT_TRUE(r.ok);
   ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
   auto truth = nlohmann::json::parse(r.result.out);
@@ -101,7 +101,8 @@ TEST_P(PythonMemory, ObjectsAfterTracemallocStopStillCount) {
   uint32_t line = marker_line(script, "# KEEP-LINE");
   // Counted by objects, not bytes: without the wrappers the line still gets pymalloc's arena mmaps
   // (1 MiB blocks, a few dozen), with them ~1 block per object. 48 MiB (+ the list) at a 512 KiB
-  // interval is ~100 samples, so +-40% is ~4 standard deviations.
+  // interval (set: the default's ~50 samples would make +-40% under 3 standard deviations) is ~100
+  // samples, so +-40% is ~4 standard deviations.
   const double items = truth["items"];
   const int64_t count = line_metric(r.profile, "alloc-count", script, line);
   EXPECT_NEAR(static_cast<double>(count), items, 0.4 * items) << r.result.err;

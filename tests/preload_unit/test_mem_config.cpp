@@ -33,7 +33,7 @@ Config load(const std::vector<std::pair<const char*, const char*>>& env) {
 TEST(MemConfig, DefaultsAreOnWithTheDocumentedIntervals) {
   Config c = load({});
   EXPECT_TRUE(c.memory);
-  EXPECT_EQ(c.mem_interval, 512u * 1024);
+  EXPECT_EQ(c.mem_interval, 1024u * 1024);
   EXPECT_EQ(c.copy_interval, 1024u * 1024);
   EXPECT_TRUE(g_said.empty());
 }
@@ -63,7 +63,7 @@ TEST(MemConfig, BadValuesSayWhatIsWrongAndKeepTheDefault) {
     EXPECT_EQ(c.mem_interval, kDefaultMemInterval) << bad;
     ASSERT_EQ(g_said.size(), 1u) << bad;
     EXPECT_NE(g_said[0].find(std::string("MLPROF_MEM_INTERVAL=") + bad + " is not"), std::string::npos) << g_said[0];
-    EXPECT_NE(g_said[0].find("using 524288"), std::string::npos) << g_said[0];
+    EXPECT_NE(g_said[0].find("using 1048576"), std::string::npos) << g_said[0];
   }
   c = load({{"MLPROF_COPY_INTERVAL", "1M"}});
   EXPECT_EQ(c.copy_interval, kDefaultCopyInterval);
