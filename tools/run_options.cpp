@@ -73,7 +73,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
   app.add_flag("--no-gpu", o->no_gpu, "Do not profile CUDA kernels, copies and device memory (CUPTI is not loaded)");
   std::string mem_interval;
   CLI::Option* mem_interval_opt = app.add_option("--mem-interval", mem_interval,
-                 "Mean bytes allocated between two recorded allocations (e.g. 512K, 1M); 1 = exact: record every "
+                 "Mean bytes allocated between two recorded allocations (default 1M; e.g. 256K, 4M); 1 = exact: record every "
                  "allocation (slow)")
       ->option_text("BYTES");
   // The serving workflow (docs/serving.md).
