@@ -99,8 +99,11 @@ uint32_t timer_on_signal(const ThreadTimer& t, const siginfo_t* si) {
     ioctl(t.perf_fd, PERF_EVENT_IOC_REFRESH, 1);
     return 1;
   }
-  if (si != nullptr && si->si_code == SI_TIMER) return 1 + (si->si_overrun > 0 ? static_cast<uint32_t>(si->si_overrun) : 0);
-  return 1;
+  // Only this thread's own timer: a signal of the same number sent by kill/tgkill/sigqueue, or
+  // by another timer, is not a tick (si_timerid is the timer_t that timer_create returned).
+  if (si == nullptr || si->si_code != SI_TIMER || si->si_timerid != static_cast<int>(reinterpret_cast<intptr_t>(t.timer)))
+    return 0;
+  return 1 + (si->si_overrun > 0 ? static_cast<uint32_t>(si->si_overrun) : 0);
 }
 
 }  // namespace mlprof::preload

@@ -37,6 +37,24 @@ TEST(Behaviour, ProgramsOwnSigprofTimerKeepsWorking) {
   EXPECT_GT(function_self(prof.profile, "behave_hot"), 0);
 }
 
+TEST(Behaviour, SignalsOfTheSamplingNumberFromElsewhereAreNotSamples) {
+  // 20 signals of the profiler's own number per unit (~0.1 ms of CPU) come from the program itself,
+  // not from its thread's clock: with either clock they must not count as samples (each would
+  // add 10 ms of CPU at 100 Hz: ~200 s here instead of ~1 s).
+  for (const char* timer : {"timer", "perf"}) {
+    SCOPED_TRACE(timer);
+    Profiled prof = profile_run({fixture("fixture_behave"), "foreign", "10000"}, {}, {std::string("MLPROF_TIMER=") + timer});
+    ASSERT_TRUE(prof.ok);
+    ASSERT_EQ(prof.result.exit_code, 0) << prof.result.err;
+    unsigned long long sent = 0;
+    long long cpu_ns = 0;
+    ASSERT_EQ(sscanf(prof.result.out.c_str(), "foreign %llu cpu_ns %lld", &sent, &cpu_ns), 2) << prof.result.out;
+    EXPECT_EQ(sent, 200000u) << "the profiler's handler was not installed";
+    const double cpu_us = static_cast<double>(total_cpu(prof.profile));
+    EXPECT_NEAR(cpu_us, cpu_ns / 1000.0, 0.3 * cpu_ns / 1000.0 + 30000) << "profile CPU vs the program's own clock";
+  }
+}
+
 TEST(Behaviour, SigkilledProgramLeavesReadableProfile) {
   Profiled prof = profile_run({fixture("fixture_behave"), "sigkill", "6000"});
   ASSERT_TRUE(prof.ok);
