@@ -73,10 +73,7 @@ void load_config(Config& cfg, void (*report)(const char* msg)) {
       complain("%s=%s is not a usable signal number; using SIGRTMIN+5", "MLPROF_SIGNAL", sig);
   }
 
-  // The clock: POSIX CPU-time timers up to kTickSafeRateHz, where every kernel's tick delivers the
-  // rate; perf task-clock events above it. A perf event costs every context switch of its thread
-  // (~2 us per switch on this project's KVM machines: 4.1 -> 8.2 us per pipe round trip between
-  // two threads on one core), which a server switching ~10 times per request pays in throughput.
+  // auto: POSIX CPU-time timers up to kTickSafeRateHz, perf events above (why: thread_timer.h).
   cfg.timer = cfg.rate_hz <= kTickSafeRateHz ? TimerSource::kThreadCpuTimer : TimerSource::kPerfTaskClock;
   if (const char* tm = getenv("MLPROF_TIMER")) {
     if (strcmp(tm, "perf") == 0)
