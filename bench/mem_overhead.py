@@ -61,6 +61,7 @@ def configs(build):
         "mlprof exact": ("mlprof", ml("--mem-interval", "1"), None),
         # Other sampling intervals than the default, for the interval/overhead trade-off.
         "mlprof 256K": ("mlprof", ml("--mem-interval", "256K"), None),
+        "mlprof 512K": ("mlprof", ml("--mem-interval", "512K"), None),  # the default before session 8
         "mlprof 1M": ("mlprof", ml("--mem-interval", "1M"), None),
         "mlprof 2M": ("mlprof", ml("--mem-interval", "2M"), None),
         "heaptrack": ("tool", lambda f: [ht, "-o", f + ".heaptrack"], None if ht else "not installed (heaptrack)"),
