@@ -95,7 +95,7 @@ class ThreadRegistry {
 
  private:
   ThreadSlot* slots_ = nullptr;
-  TimerSource source_ = TimerSource::kPerfTaskClock;
+  TimerSource source_ = TimerSource::kThreadCpuTimer;  // as Config::timer at the default rate; entry.cpp sets it
   std::atomic<uint32_t> high_water_{0};
 };
 
