@@ -35,8 +35,17 @@ std::string read_build_id(const struct dl_phdr_info* info) {
 
 struct ScanState {
   std::vector<ModuleRecord>* out;
+  const std::vector<ModuleRecord>* known = nullptr;
   unsigned long long adds = 0, subs = 0;
 };
+
+// The known record of the module the loader lists at `bias` under `name`, or null.
+const ModuleRecord* find_known(const std::vector<ModuleRecord>* known, uint64_t bias, const char* name) {
+  if (!known) return nullptr;
+  for (const ModuleRecord& k : *known)
+    if (k.load_bias == bias && k.loader_name == name) return &k;
+  return nullptr;
+}
 
 int collect(struct dl_phdr_info* info, size_t size, void* data) {
   auto* st = static_cast<ScanState*>(data);
@@ -45,9 +54,16 @@ int collect(struct dl_phdr_info* info, size_t size, void* data) {
     st->subs = info->dlpi_subs;
   }
   if (!st->out) return 1;  // only the counters were wanted
+  const char* name = info->dlpi_name;
+  const bool named = name != nullptr && name[0] != '\0';
+  const ModuleRecord* k = named || st->out->empty() ? find_known(st->known, info->dlpi_addr, named ? name : "") : nullptr;
+  if (k) {
+    st->out->push_back(*k);
+    return 0;
+  }
   ModuleRecord m;
   m.load_bias = info->dlpi_addr;
-  const char* name = info->dlpi_name;
+  m.loader_name = name ? name : "";
   if (name == nullptr || name[0] == '\0') {
     if (st->out->empty()) {  // the first entry is the main program
       char exe[PATH_MAX];
@@ -84,7 +100,7 @@ bool ModuleMap::changed() const {
 
 void ModuleMap::rescan(std::vector<ModuleRecord>& added, std::vector<uint32_t>& removed) {
   std::vector<ModuleRecord> now;
-  ScanState st{&now};
+  ScanState st{&now, &known_};
   dl_iterate_phdr(collect, &st);
   adds_ = st.adds;
   subs_ = st.subs;
