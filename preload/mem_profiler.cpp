@@ -76,8 +76,9 @@ void wait_for_tables() {
 // stepped over by frame pointer); if that finds no frame returning into `caller`, the unwinder
 // starts here and walks through the preload's own frames, and everything up to the frame that
 // returns into `caller` is cut off. pcs[0] is then caller - 1: inside the call instruction, so
-// the collector's lookup of frame 0 lands on the calling line.
-void capture_stack(RawMemEvent* ev, uint64_t caller, bool* new_code) {
+// the collector's lookup of frame 0 lands on the calling line. `py_ctx`: how the Python frames
+// are read (WalkContext::kPythonAllocator for the CPython allocator wrappers' samples only).
+void capture_stack(RawMemEvent* ev, uint64_t caller, bool* new_code, python::WalkContext py_ctx) {
   auto* pcs = reinterpret_cast<uint64_t*>(ev + 1);
   uint8_t flags = 0;
   ThreadSlot* slot = t_slot;
@@ -92,7 +93,7 @@ void capture_stack(RawMemEvent* ev, uint64_t caller, bool* new_code) {
                           [caller](uint64_t pc) { return pc != caller; }, &flags);
   if (n == 0) n = 1;  // no stack bounds, or our own frames could not be unwound: the caller only
   pcs[0] = caller - 1;
-  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, new_code, python::WalkContext::kHook);
+  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, new_code, py_ctx);
   ev->nframes = static_cast<uint16_t>(n);
   ev->npy = static_cast<uint8_t>(npy);
   ev->flags = flags;
@@ -174,7 +175,11 @@ void record_alloc(void* p, uint64_t size, uint64_t weight, wire::AllocKind kind,
   }
   memset(ev, 0, sizeof *ev);
   bool new_code = false;
-  capture_stack(ev, caller, &new_code);
+  // A kPython allocation is a CPython allocator call (mem_python.cpp's wrappers): the calling
+  // thread's frames are read directly there (python.h, WalkContext::kPythonAllocator), ~3
+  // process_vm_readv calls fewer per sample. Every other hook reads them fault-tolerantly.
+  capture_stack(ev, caller, &new_code,
+                kind == wire::AllocKind::kPython ? python::WalkContext::kPythonAllocator : python::WalkContext::kHook);
   if (kind != wire::AllocKind::kPython && in_unguarded_pymalloc(ev)) {
     es.abandon();
     return;
@@ -211,7 +216,7 @@ void record_copy(uint64_t size, uint64_t weight, uint64_t caller) {
   }
   memset(ev, 0, sizeof *ev);
   bool new_code = false;
-  capture_stack(ev, caller, &new_code);
+  capture_stack(ev, caller, &new_code, python::WalkContext::kHook);
   ev->t_ns = t;
   ev->size = size;
   ev->weight = weight;

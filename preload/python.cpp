@@ -97,11 +97,21 @@ struct Span {
   size_t len;
 };
 
+// The `pid` of a walk inside CPython's allocator (WalkContext::kPythonAllocator): every address it
+// reads is live memory of the calling thread's own, consistent interpreter state, copied with
+// plain loads (see walk() in python.h). Never a real pid: a process is never pid 0.
+constexpr pid_t kDirectReads = 0;
+
 // signal-safe. Copies the spans in order with one process_vm_readv; returns how many leading
 // spans were copied completely (the kernel stops at the first bad address and never splits an
-// element). Does not preserve errno: the callers' entry points do. n <= kMax.
+// element). Does not preserve errno: the callers' entry points do. n <= kMax. With kDirectReads
+// the spans are copied directly (not fault-tolerant: see kDirectReads).
 template <int kMax = 6>
 int read_spans(pid_t pid, const Span* spans, int n) {
+  if (pid == kDirectReads) {
+    for (int i = 0; i < n; ++i) memcpy(spans[i].dst, reinterpret_cast<const void*>(spans[i].addr), spans[i].len);
+    return n;
+  }
   struct iovec local[kMax], remote[kMax];
   size_t total = 0;
   for (int i = 0; i < n; ++i) {
@@ -318,6 +328,13 @@ struct HookBudget {
   static constexpr int32_t kWindow = 4096;
   static constexpr int kPendingFps = 16;
   static constexpr bool kCacheTrackedFps = true;  // the thread's own frames, not torn: see g_code_track
+};
+// Inside CPython's allocator (WalkContext::kPythonAllocator): the same as a hook walk, read with
+// plain copies, so a window needs to hold little more than a frame (a copy, not a syscall, each).
+struct PythonAllocatorBudget {
+  static constexpr int32_t kWindow = 512;
+  static constexpr int kPendingFps = HookBudget::kPendingFps;
+  static constexpr bool kCacheTrackedFps = true;
 };
 // The writer walking another thread (walk_thread, wall mode): its stack is the writer's own, but
 // that thread may wake and change its frames during the walk, so like a signal walk it trusts
@@ -690,8 +707,18 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx) {
     errno = saved_errno;
     return 0;
   }
-  const int n = ctx == WalkContext::kHook ? walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags)
-                                          : walk_tstate<SignalBudget>(own_pid(), s, tstate, out, max, sample_flags);
+  int n;
+  switch (ctx) {
+    case WalkContext::kPythonAllocator:
+      n = walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags);
+      break;
+    case WalkContext::kHook:
+      n = walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
+      break;
+    default:
+      n = walk_tstate<SignalBudget>(own_pid(), s, tstate, out, max, sample_flags);
+      break;
+  }
   errno = saved_errno;
   return n;
 }

@@ -51,14 +51,21 @@ struct Interpreter {
 // Idempotent once an interpreter was found.
 const Interpreter& detect();
 
-// Where a walk runs: in a signal handler (possibly on a small altstack: small read buffers) or in
-// a hook on the thread's own stack (memory hooks, GPU callbacks: ~7 KiB of buffers, a quarter of
-// the reads on deep stacks).
-enum class WalkContext : uint8_t { kSignal, kHook };
+// Where a walk runs: in a signal handler (possibly on a small altstack: small read buffers), in
+// a hook on the thread's own stack (native memory hooks, GPU callbacks: ~7 KiB of buffers, a
+// quarter of the reads on deep stacks), or in CPython's own allocator call (kPythonAllocator: the
+// MEM and OBJ domain wrappers, which CPython calls with the GIL held from code whose frame chain
+// is complete: the walk reads it directly, no syscall; see walk()).
+enum class WalkContext : uint8_t { kSignal, kHook, kPythonAllocator };
 
 // signal-safe. Walks the calling thread's Python frames, innermost first, into out[0..max).
-// Returns the count; *sample_flags gets SampleFlags. Every read of interpreter memory is
-// fault-tolerant (a bad pointer ends the walk with kSampleWalkFailed, never a crash).
+// Returns the count; *sample_flags gets SampleFlags. In the signal and hook contexts every read of
+// interpreter memory is fault-tolerant (a bad pointer ends the walk with kSampleWalkFailed, never
+// a crash). In kPythonAllocator it is a plain copy: the frame chain, its code objects and the
+// thread state are what CPython's tracemalloc reads with plain loads from the very same calls
+// (its traceback_get_frames, 3.8-3.13), so they are live and consistent there; the values are
+// still checked as in the other contexts. Only for a sample taken inside a PyMem_/PyObject_
+// allocator call of the calling thread.
 int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = WalkContext::kSignal);
 
 // Code-object frees, as memory profiling's hook of CPython's object allocator sees them (every

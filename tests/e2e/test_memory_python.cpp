@@ -207,6 +207,74 @@ TEST_P(PythonMemory, ExtensionModuleInitialisationIsNotALeak) {
   for (auto& l : p.leaks) EXPECT_FALSE(in_module_init(l.stack)) << describe_leaks(p);
 }
 
+// Exact mode samples every object allocation, and a sample taken inside CPython's allocator reads
+// the thread's frames directly (no process_vm_readv: python::WalkContext::kPythonAllocator). From
+// a generator, a coroutine under asyncio, a 60-deep recursion, an exception handler, a
+// comprehension, a second thread and a __del__ run by the cycle collector inside another
+// allocation: the program runs to its end with its own output, every marked line gets its bytes,
+// and the stacks hold the callers that the interpreter links there (the generator's consumer, the
+// awaiting coroutine, every level of the recursion, the code whose allocation set off the
+// collection).
+TEST_P(PythonMemory, ExactModeReadsFramesInEveryInterpreterState) {
+  const Interpreter& py = GetParam();
+  const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_states.py";
+  Profiled r;
+  nlohmann::json truth;
+  run_hooked({py.path, script, "200"}, {"--mem-interval", "1"}, {}, &r, &truth);
+  if (HasFatalFailure()) return;
+  const auto& p = r.profile;
+  for (const char* kind : {"gen", "coro", "deep", "exc", "comp", "thread", "del"}) {
+    std::string marker = std::string("# ") + kind + "-LINE";
+    for (auto& c : marker) c = static_cast<char>(toupper(c));
+    const uint32_t line = marker_line(script, marker);
+    const double want = truth[kind];
+    // Exact: the objects themselves, plus what the line allocates beside them (the list it
+    // appends to growing, a traceback, a frame): never less, a little more.
+    const double got = static_cast<double>(line_metric(p, "alloc-bytes", script, line));
+    EXPECT_GE(got, want) << kind;
+    EXPECT_LE(got, 1.3 * want) << kind;
+  }
+  const uint32_t alloc = p.metric("alloc-bytes");
+  ASSERT_NE(alloc, profile::kNone);
+  // Every stack that allocates at a marked line, checked for the frames the interpreter links
+  // under it; `what` names the check.
+  auto check_stacks = [&](const char* marker, const char* what, const std::function<bool(const profile::Stack&)>& ok) {
+    const uint32_t line = marker_line(script, marker);
+    int stacks = 0, good = 0;
+    for (auto& sv : p.stack_values) {
+      if (sv.values.at(alloc) == 0 || innermost_python_line(p, sv.stack, script) != line) continue;
+      ++stacks;
+      if (ok(p.stacks.at(sv.stack))) ++good;
+    }
+    EXPECT_GT(stacks, 0) << marker;
+    EXPECT_EQ(good, stacks) << marker << ": " << what;
+  };
+  auto count_fn = [&](const profile::Stack& s, const std::string& fn) {
+    int n = 0;
+    for (uint32_t f : s.frames) {
+      const auto& fr = p.frames.at(f);
+      if (fr.kind == profile::FrameKind::kPython && p.str(fr.function) == fn) ++n;
+    }
+    return n;
+  };
+  const int depth = truth["depth"];
+  check_stacks("# DEEP-LINE", "every level of the recursion", [&](const profile::Stack& s) {
+    return count_fn(s, "deep") == depth + 1 && count_fn(s, "main") == 1;
+  });
+  check_stacks("# GEN-LINE", "the generator's consumer", [&](const profile::Stack& s) {
+    return count_fn(s, "gen") == 1 && count_fn(s, "consume") == 1 && count_fn(s, "main") == 1;
+  });
+  check_stacks("# CORO-LINE", "the awaiting coroutine", [&](const profile::Stack& s) {
+    return count_fn(s, "coro_one") == 1 && count_fn(s, "coro_main") == 1;
+  });
+  check_stacks("# DEL-LINE", "__del__ under main", [&](const profile::Stack& s) {
+    return count_fn(s, "Cyclic.__del__") + count_fn(s, "__del__") == 1 && count_fn(s, "main") == 1;
+  });
+  check_stacks("# THREAD-LINE", "the thread's own function, not main", [&](const profile::Stack& s) {
+    return count_fn(s, "threaded") == 1 && count_fn(s, "main") == 0;
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonMemory, ::testing::ValuesIn(supported_interpreters()),
                          [](const ::testing::TestParamInfo<Interpreter>& i) { return i.param.name(); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonMemory);
