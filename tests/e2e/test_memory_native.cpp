@@ -160,6 +160,13 @@ TEST(MemoryPeak, PeakSizeTimeRssAndTheLineHoldingIt) {
   for (auto& pt : pm->timeline)
     if (pt.t_ns >= held_from && pt.t_ns <= held_to && pt.heap_bytes > mib512 * 98 / 100) ++plateau;
   EXPECT_GE(plateau, 3) << "timeline points during the 500 ms hold with the heap at the peak";
+  // ... and over the whole run: the writer sends a point every 80 ms plus at most a cycle (10 ms),
+  // so >= 10 points a second; 9.5 leaves room for a late cycle on a loaded machine.
+  ASSERT_GE(pm->timeline.size(), 2u);
+  const double span_s = static_cast<double>(pm->timeline.back().t_ns - pm->timeline.front().t_ns) / 1e9;
+  ASSERT_GT(span_s, 0.5);
+  EXPECT_GE(static_cast<double>(pm->timeline.size() - 1) / span_s, 9.5)
+      << pm->timeline.size() << " timeline points over " << span_s << " s";
 
   // The marked line holds >= 95% of the live bytes at the peak, and is the top line.
   uint32_t line = marker_line(fixture_source("mem_peak.cpp"), "// PEAK-LINE");
