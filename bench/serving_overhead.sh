@@ -30,15 +30,21 @@ cpu_ms = sum(r["cpu_cores"] * (r["t_ms"] - q["t_ms"]) for q, r in zip(res, res[1
 print(sys.argv[1], s["measuredQueriesPerSecond"], s["latencyPercentile50InMs"], s["latencyPercentile99InMs"],
       cpu_ms / max(1, s["window_queries"]))' "$label"
 }
-labels=(base full cpu)
-opts_base=(--no-profile) opts_full=() opts_cpu=(--no-memory)
+# MLPROF_BENCH_CONFIGS adds configurations to the three: nosamples (memory on, interval 2^40: the
+# allocator wrappers without samples), nocopy (copies not sampled), 512K.
+IFS=' ' read -r -a labels <<<"base full cpu ${MLPROF_BENCH_CONFIGS:-}"
+n=${#labels[@]}
 for ((i = 0; i < rounds; i++)); do
-  for ((k = 0; k < 3; k++)); do
-    l=${labels[$(((i + k) % 3))]}
+  for ((k = 0; k < n; k++)); do
+    l=${labels[$(((i + k) % n))]}
     case $l in
-      base) run base "${opts_base[@]}" ;;
+      base) run base --no-profile ;;
       full) run full ;;
-      cpu) run cpu "${opts_cpu[@]}" ;;
+      cpu) run cpu --no-memory ;;
+      nosamples) run nosamples --mem-interval 1099511627776 ;;
+      nocopy) MLPROF_COPY_INTERVAL=0 run nocopy ;;
+      512K) run 512K --mem-interval 512K ;;
+      *) echo "serving_overhead.sh: unknown configuration '$l'" >&2; exit 2 ;;
     esac
   done | sort | tee -a "$tmp/runs.txt" | sed "s/^/round $i: /"
 done
@@ -52,7 +58,10 @@ def ratios(label, k): return [by[label][i][k] / by["base"][i][k] for i in range(
 med = lambda xs: statistics.median(xs)
 print(f"median without mlprof: {med(r[0] for r in by['base']):.1f} req/s, p50 {med(r[1] for r in by['base']):.2f} ms, "
       f"p99 {med(r[2] for r in by['base']):.2f} ms, service CPU {med(r[3] for r in by['base']):.3f} ms/request")
-for label, name in (("full", "mlprof (CPU + memory)"), ("cpu", "mlprof --no-memory")):
+names = {"full": "mlprof (CPU + memory)", "cpu": "mlprof --no-memory", "nosamples": "mlprof, interval 2^40",
+         "nocopy": "mlprof, copies not sampled", "512K": "mlprof --mem-interval 512K"}
+for label in [l for l in names if l in by]:
+    name = names[label]
     q, p50, p99, c = ratios(label, 0), ratios(label, 1), ratios(label, 2), ratios(label, 3)
     print(f"{name}: throughput ratio {med(q):.3f} ({min(q):.3f}-{max(q):.3f}, target >= 0.97), "
           f"p50 ratio {med(p50):.3f}, p99 ratio {med(p99):.3f} ({min(p99):.3f}-{max(p99):.3f}, target <= 1.05), "

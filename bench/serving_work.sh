@@ -9,7 +9,8 @@
 # CONFIGS is a comma-separated subset, in order, of: unprofiled, passthrough (a wrapper of the MEM
 # and OBJ allocator domains that only forwards: the floor of wrapping), cpu (--no-memory), memory
 # (the defaults), nosamples (memory on, interval 2^40: the wrappers without samples), nocopy
-# (memory on, copies not sampled), 512K, 64K. Default: all but 512K and 64K.
+# (memory on, copies not sampled), 512K, 64K. Default: all but 512K and 64K. A name ending in "@b"
+# runs that configuration with the mlprof build in $MLPROF_BUILD_DIR_B (an A/B of two builds).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MLPROF_BUILD_DIR:-$root/build}/bin
@@ -21,9 +22,10 @@ trap 'rm -rf "$tmp"' EXIT
 cc -O2 -shared -fPIC "$root/bench/py_alloc_passthrough.c" -o "$tmp/passthrough.so"
 echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 one() {  # $1 = configuration; prints "label seconds"
-  local wrap=0 pre=()
-  local mr=("$bin/mlprof-run" -q --no-html -o "$tmp/run.mlprof")
-  case $1 in
+  local wrap=0 pre=() b=$bin
+  case $1 in *@b) b=${MLPROF_BUILD_DIR_B:?"$1 needs MLPROF_BUILD_DIR_B"}/bin ;; esac
+  local mr=("$b/mlprof-run" -q --no-html -o "$tmp/run.mlprof")
+  case ${1%@b} in
     unprofiled) ;;
     passthrough) wrap=1 ;;
     cpu) pre=("${mr[@]}" --no-memory --) ;;
