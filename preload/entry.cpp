@@ -153,6 +153,10 @@ __attribute__((constructor)) void mlprof_preload_init() {
     return;
   }
   if (!init_unwinder()) report("no unwinder available: stacks hold the interrupted pc only");
+  if (g_cfg.memory && !mem::alloc_hooks_present()) {
+    report("this preload (libmlprof_preload_cpu.so) has no allocation hooks; memory profiling is off");
+    g_cfg.memory = false;
+  }
   if (g_cfg.memory) {
     if (mem::init(g_cfg.mem_interval, g_cfg.copy_interval))
       mem::exclude_own_allocations();

@@ -58,6 +58,9 @@ bool init(uint64_t interval, uint64_t copy_interval);
 // module only): notes what the interposed functions need to know about the real allocator: glibc's
 // (the fast entries may forward directly, memory_hooks.h), or a malloc replacement's code range.
 void hooks_init();
+// Whether this preload interposes the allocation functions (false in libmlprof_preload_cpu.so,
+// preload/no_alloc_hooks.cpp: memory profiling cannot be turned on there).
+bool alloc_hooks_present();
 // Constructor, when memory profiling is on: allocations made by the preload's own code (its static
 // libstdc++'s exception pool) are not recorded. Not called by tests linking the core directly.
 void exclude_own_allocations();

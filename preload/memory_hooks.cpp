@@ -186,6 +186,8 @@ void* aligned_common(size_t align, size_t size, void* (*real)(size_t, size_t), u
 
 namespace mlprof::preload::mem {
 
+bool alloc_hooks_present() { return true; }
+
 void hooks_init() {
   auto m = get(&g_real.malloc);
   void* glibc = dlsym(RTLD_NEXT, "__libc_malloc");

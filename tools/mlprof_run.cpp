@@ -254,6 +254,14 @@ int main(int argc, char** argv) {
     }
   }
 
+  // CPU only: the preload without allocation hooks, so the program's malloc/free/memcpy calls go
+  // straight to libc (the full preload would only forward them). The full one still works when
+  // the variant is missing (an install that copied only libmlprof_preload.so).
+  if (!preload.empty() && o.no_memory && !(explicit_preload && *explicit_preload)) {
+    const std::string variant = dir_of(preload) + "/libmlprof_preload_cpu.so";
+    if (access(variant.c_str(), R_OK) == 0) preload = variant;
+  }
+
   collector::Server server;
   if (Status st = server.listen(); !st.ok()) {
     fprintf(stderr, "mlprof-run: %s\n", st.error.c_str());

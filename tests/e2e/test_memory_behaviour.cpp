@@ -171,6 +171,43 @@ TEST(MemoryOptions, NoMemoryGivesACpuOnlyProfile) {
   EXPECT_FALSE(on.profile.memory.empty());
 }
 
+// --no-memory injects libmlprof_preload_cpu.so, which exports no allocation function: the
+// program's malloc is libc's own, not an entry that would only forward it (with memory on it is
+// the preload's). The variant asked to profile memory (MLPROF_PRELOAD_PATH) says once that it
+// cannot and profiles CPU.
+TEST(MemoryOptions, NoMemoryLeavesMallocToLibc) {
+  const char* script =
+      "import ctypes\n"
+      "class Info(ctypes.Structure):\n"
+      "    _fields_ = [('fname', ctypes.c_char_p), ('fbase', ctypes.c_void_p), ('sname', ctypes.c_char_p),"
+      " ('saddr', ctypes.c_void_p)]\n"
+      "g = ctypes.CDLL(None)\n"
+      "info = Info()\n"
+      "g.dladdr(ctypes.cast(g.malloc, ctypes.c_void_p), ctypes.byref(info))\n"
+      "print(info.fname.decode())\n";
+  const std::string dir = scratch();
+  RunResult cpu = run({MLPROF_RUN, "-q", "--no-html", "-o", dir + "/cpu.mlprof", "--no-memory", "--", "python3", "-c", script});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_EQ(cpu.out.find("mlprof"), std::string::npos) << "malloc is defined by " << cpu.out;
+  EXPECT_NE(cpu.out.find("libc.so"), std::string::npos) << "malloc is defined by " << cpu.out;
+  RunResult mem = run({MLPROF_RUN, "-q", "--no-html", "-o", dir + "/mem.mlprof", "--", "python3", "-c", script});
+  ASSERT_EQ(mem.exit_code, 0) << mem.err;
+  EXPECT_NE(mem.out.find("libmlprof_preload.so"), std::string::npos) << "malloc is defined by " << mem.out;
+
+  const std::string variant = std::string(MLPROF_RUN).substr(0, std::string(MLPROF_RUN).rfind('/')) + "/libmlprof_preload_cpu.so";
+  RunResult asked = run({MLPROF_RUN, "--no-html", "-o", dir + "/asked.mlprof", "--", fixture("fixture_mem_leak"), "100", "4099", "20000"},
+                        {"MLPROF_PRELOAD_PATH=" + variant});
+  ASSERT_EQ(asked.exit_code, 0) << asked.err;
+  const std::string msg = "has no allocation hooks; memory profiling is off";
+  const size_t at = asked.err.find("mlprof: this preload (libmlprof_preload_cpu.so) " + msg);
+  ASSERT_NE(at, std::string::npos) << asked.err;
+  EXPECT_EQ(asked.err.find("mlprof: this preload", at + 1), std::string::npos) << "said more than once:\n" << asked.err;
+  auto p = profile::read_profile(dir + "/asked.mlprof");
+  ASSERT_TRUE(p) << p.error();
+  EXPECT_FALSE(has_memory_metrics(p.value()));
+  EXPECT_NE(p.value().metric("cpu"), profile::kNone);
+}
+
 TEST(MemoryOptions, IntervalSuffixesAndTheEnvironment) {
   struct Case {
     std::vector<std::string> opts, env;
