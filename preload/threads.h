@@ -68,6 +68,7 @@ class ThreadRegistry {
  public:
   static constexpr uint32_t kMaxThreads = 8192;
   static constexpr uint32_t kRingBytes = 64 * 1024;
+  static constexpr uint32_t kSlotChunk = 64;  // slots constructed at a time (grow())
 
   bool init();  // maps the slot array; false when mmap fails
   // Registers the calling thread: claims a slot, maps its ring, records its stack bounds and
@@ -94,7 +95,10 @@ class ThreadRegistry {
   std::atomic<uint64_t> perf_threads{0}, posix_timer_threads{0};  // which clock threads got
 
  private:
+  bool grow(uint32_t seen);  // constructs the next kSlotChunk slots; false when none are left
   ThreadSlot* slots_ = nullptr;
+  std::atomic<uint32_t> constructed_{0};  // slots [0, constructed_) are constructed
+  std::atomic<bool> growing_{false};      // grow()'s lock
   TimerSource source_ = TimerSource::kThreadCpuTimer;  // as Config::timer at the default rate; entry.cpp sets it
   std::atomic<uint32_t> high_water_{0};
 };
