@@ -50,23 +50,48 @@ std::string write_bodies(const std::string& dir, int n) {
   return path;
 }
 
-// mlprof-run [serving args] -- fixture_http_server PORT [server args] --count-file DIR/count
+// mlprof-run [serving args] -- fixture_http_server PORT [server args] --count-file DIR/count;
+// the request file is `bodies` when given, else 7 numbered JSON bodies.
 Served serve(const std::vector<std::string>& serving_args, const std::vector<std::string>& server_args,
-             std::vector<std::string> extra = {}) {
+             std::vector<std::string> extra = {}, const std::string* bodies = nullptr) {
   Served s;
   s.dir = scratch();
   const int port = free_port();
-  std::vector<std::string> args = {"--requests", write_bodies(s.dir, 7), "--url",
+  std::string requests = write_bodies(s.dir, 7);
+  if (bodies) std::ofstream(requests, std::ios::trunc) << *bodies;
+  std::vector<std::string> args = {"--requests", requests, "--url",
                                    "http://127.0.0.1:" + std::to_string(port) + "/score"};
   args.insert(args.end(), serving_args.begin(), serving_args.end());
   args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<std::string> cmd = {fixture("fixture_http_server"), std::to_string(port), "--count-file", s.dir + "/count"};
+  std::vector<std::string> cmd = {fixture("fixture_http_server"), std::to_string(port), "--count-file", s.dir + "/count",
+                                  "--log-file", s.dir + "/log"};
   cmd.insert(cmd.end(), server_args.begin(), server_args.end());
   s.run = profile_run(cmd, args);
   std::ifstream f(s.dir + "/count");
   std::string w1, w2;
   f >> w1 >> s.posts >> w2 >> s.other;
   return s;
+}
+
+struct Logged {
+  long k;
+  std::string content_type, body;
+};
+
+// The server's --log-file: one entry per POST, in arrival order.
+std::vector<Logged> read_log(const std::string& path) {
+  std::vector<Logged> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    const size_t t1 = line.find('\t'), t2 = line.find('\t', t1 + 1);
+    if (t1 == std::string::npos || t2 == std::string::npos) {
+      ADD_FAILURE() << "malformed log line: " << line;
+      continue;
+    }
+    out.push_back({std::stol(line.substr(0, t1)), line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)});
+  }
+  return out;
 }
 
 int64_t nearest_rank(std::vector<int64_t> v, double q) {
@@ -143,6 +168,72 @@ TEST(Serving, PercentilesMatchTheRecordedLatenciesAndTheServersDelays) {
   auto j = export_serving(s.run.path);
   EXPECT_NEAR(j["latencyPercentile99InMs"].get<double>(), sv.p99_ns / 1e6, 0.001);
   EXPECT_NEAR(j["averageLatencyInMs"].get<double>(), sv.average_latency_ns / 1e6, 0.001);
+}
+
+// Without --max-requests each non-empty line is sent once, in file order, with the content type
+// asked for; a trailing \r is dropped and empty lines are skipped (docs/serving.md, "Load").
+TEST(Serving, WithoutMaxRequestsEachLineIsSentOnceInOrderWithTheContentTypeAsked) {
+  const std::string bodies = "first line\r\n\n{\"b\": 2}\nthird, with\ttab\n\r\nfourth\nfifth";
+  const std::vector<std::string> want = {"first line", "{\"b\": 2}", "third, with\ttab", "fourth", "fifth"};
+  Served s = serve({"--duration", "60", "--content-type", "text/csv; charset=utf-8"}, {}, {}, &bodies);
+  ASSERT_TRUE(s.run.ok);
+  ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  EXPECT_EQ(s.posts, static_cast<long>(want.size()));
+  EXPECT_EQ(s.run.profile.serving.total_queries, want.size());
+  auto got = read_log(s.dir + "/log");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].body, want[i]) << "POST " << i + 1;
+    EXPECT_EQ(got[i].content_type, "text/csv; charset=utf-8") << "POST " << i + 1;
+  }
+}
+
+// With --max-requests the file is cycled in order; the default content type is application/json.
+// With four requests in flight the server's arrival order may swap neighbours, but every body is
+// still sent exactly as often as the cycle says.
+TEST(Serving, MaxRequestsCyclesTheFileInOrder) {
+  Served s = serve({"--max-requests", "23", "--duration", "60"}, {});
+  ASSERT_TRUE(s.run.ok);
+  ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  auto got = read_log(s.dir + "/log");
+  ASSERT_EQ(got.size(), 23u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const size_t line = i % 7;
+    EXPECT_EQ(got[i].body, "{\"id\": " + std::to_string(line) + ", \"text\": \"request number " + std::to_string(line) + "\"}")
+        << "POST " << i + 1;
+    EXPECT_EQ(got[i].content_type, "application/json");
+  }
+  Served c = serve({"--max-requests", "70", "--concurrency", "4", "--duration", "60"}, {});
+  ASSERT_TRUE(c.run.ok);
+  ASSERT_EQ(c.run.result.exit_code, 0) << c.run.result.err;
+  std::map<std::string, int> times;
+  for (auto& e : read_log(c.dir + "/log")) ++times[e.body];
+  ASSERT_EQ(times.size(), 7u);
+  for (auto& [body, n] : times) EXPECT_EQ(n, 10) << body;
+}
+
+// --timeout bounds each request: POST k waits 200 ms * (1 + (k-1) % 2), i.e. 200, 400, 200, ...;
+// with --timeout 0.3 every second one fails with status 0 after about 300 ms, and the rest pass.
+TEST(Serving, TimeoutFailsTheSlowRequestsOnly) {
+  Served s = serve({"--max-requests", "6", "--timeout", "0.3", "--duration", "60"},
+                   {"--delay-us", "200000", "--delay-cycle", "2"});
+  ASSERT_TRUE(s.run.ok);
+  ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  ASSERT_EQ(sv.requests.size(), 6u);
+  for (size_t i = 0; i < sv.requests.size(); ++i) {
+    const auto& r = sv.requests[i];
+    if (i % 2 == 0) {
+      EXPECT_EQ(r.status, 200) << "request " << i;
+      EXPECT_GE(r.latency_ns, 200000000) << "request " << i;
+    } else {
+      EXPECT_EQ(r.status, 0) << "request " << i << " should have timed out";
+      EXPECT_GE(r.latency_ns, 290000000) << "request " << i;
+      EXPECT_LT(r.latency_ns, 390000000) << "request " << i << " outlived --timeout 0.3";
+    }
+  }
+  EXPECT_EQ(sv.success_queries, 3u);
+  EXPECT_EQ(sv.total_queries, 6u);
 }
 
 TEST(Serving, OpenLoopNeverStartsEarly) {
