@@ -56,6 +56,7 @@ const char* counter_name(wire::Counter c) {
     case wire::Counter::kGpuActivities: return "gpu_activities";
     case wire::Counter::kGpuDropped: return "gpu_dropped";
     case wire::Counter::kGpuCuptiDropped: return "gpu_cupti_dropped";
+    case wire::Counter::kShortThreads: return "short_threads";
     default: break;
   }
   return nullptr;
@@ -605,6 +606,14 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
       p.warnings.push_back(fmt::format("process {} ({}) ended without a clean end of its event stream (killed or crashed): "
                                        "its profile holds what was collected until then",
                                        proc.pid, proc.argv.empty() ? proc.exe : proc.argv[0]));
+    // Short-lived threads on POSIX CPU-time timers only (perf events not allowed, or MLPROF_TIMER=timer):
+    // the tick-driven timer sees a fraction of their CPU (docs/how-it-works.md, Clocks).
+    if (get("short_threads") >= 32 && get("perf_threads") == 0 && get("posix_timer_threads") > 0)
+      p.warnings.push_back(fmt::format(
+          "process {} ({}): {} threads ended within two sampling periods of CPU each; POSIX CPU-time timers (perf "
+          "events were not allowed or MLPROF_TIMER=timer) see only part of such threads' CPU, so their lines are "
+          "undercounted: allow perf events (sysctl kernel.perf_event_paranoid=2) for a full count",
+          proc.pid, proc.argv.empty() ? proc.exe : proc.argv[0], get("short_threads")));
   }
   if (ticks > 0 && run.rate_hz > 0) {
     double achieved = run.rate_hz * static_cast<double>(samples) / static_cast<double>(ticks);

@@ -185,6 +185,7 @@ enum class Counter : uint8_t {
   kGpuActivities = 23,   // GPU_ACTIVITY records sent
   kGpuDropped = 24,      // GPU events lost (the GPU ring was full)
   kGpuCuptiDropped = 25, // activity records CUPTI itself dropped (cuptiActivityGetNumDroppedRecords)
+  kShortThreads = 26,    // threads that ended having used less than two sampling periods of CPU
 };
 
 // Commands from the collector to the preload, one byte each on the same socket.

@@ -77,9 +77,9 @@ void load_config(Config& cfg, void (*report)(const char* msg)) {
   cfg.timer = cfg.rate_hz <= kTickSafeRateHz ? TimerSource::kThreadCpuTimer : TimerSource::kPerfTaskClock;
   if (const char* tm = getenv("MLPROF_TIMER")) {
     if (strcmp(tm, "perf") == 0)
-      cfg.timer = TimerSource::kPerfTaskClock;
+      cfg.timer = TimerSource::kPerfTaskClock, cfg.timer_forced = true;
     else if (strcmp(tm, "timer") == 0)
-      cfg.timer = TimerSource::kThreadCpuTimer;
+      cfg.timer = TimerSource::kThreadCpuTimer, cfg.timer_forced = true;
     else if (strcmp(tm, "auto") != 0)
       complain("%s=%s is not a timer source (auto, perf or timer); using auto", "MLPROF_TIMER", tm);
   }

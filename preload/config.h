@@ -30,6 +30,7 @@ struct Config {
   int signo = 0;                 // MLPROF_SIGNAL: sampling signal (default SIGRTMIN+5)
   UnwinderKind unwinder = UnwinderKind::kCfi;  // MLPROF_UNWINDER
   TimerSource timer = TimerSource::kThreadCpuTimer;  // MLPROF_TIMER: auto (default: by rate), perf or timer
+  bool timer_forced = false;     // MLPROF_TIMER=perf or timer: no switch for short-lived threads
   bool quiet = false;            // MLPROF_QUIET=1: no stderr messages from the preload
   ProfileMode mode = ProfileMode::kCpu;  // MLPROF_MODE: cpu (default) or wall
   // Memory profiling (preload/mem_*.h, docs/usage.md).

@@ -174,7 +174,7 @@ __attribute__((constructor)) void mlprof_preload_init() {
     return;
   }
   save_env();
-  g_threads.set_timer_source(g_cfg.timer);
+  g_threads.set_timer_source(g_cfg.timer, !g_cfg.timer_forced);
   // The main thread first, so the stream's start record names the clock it really got; its
   // samples are dropped until sampling is switched on below.
   register_thread();

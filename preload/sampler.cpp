@@ -45,8 +45,15 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
   mem::Guard guard;
   const int saved_errno = errno;
   ThreadSlot* slot = t_slot;
-  if (slot == nullptr || !g_sampler.sampling.load(std::memory_order_relaxed)) {
-    if (slot == nullptr) g_sampler.dropped_no_thread.fetch_add(1, std::memory_order_relaxed);
+  if (slot == nullptr) {
+    g_sampler.dropped_no_thread.fetch_add(1, std::memory_order_relaxed);
+    errno = saved_errno;
+    return;
+  }
+  if (!g_sampler.sampling.load(std::memory_order_relaxed)) {
+    // Not sampling yet (the constructor registers the main thread first) or any more: a perf
+    // event must still be re-armed, or this thread would never be sampled again.
+    timer_on_signal(slot->timer, si);
     errno = saved_errno;
     return;
   }

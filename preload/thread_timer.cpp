@@ -12,13 +12,30 @@
 namespace mlprof::preload {
 namespace {
 
+// The first expiry of a thread's clock: uniform in [1, period] ns. With a fixed first expiry a
+// thread that uses less than one period of CPU in its life is never sampled (a thread-per-request
+// server's handlers all vanish from the profile); with a uniform phase each thread is sampled
+// with probability (its CPU) / period, so a sample's weight of one period is unbiased whatever
+// the thread's length.
+int64_t first_expiry_ns(uint32_t tid, int64_t period_ns) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  uint64_t x = (static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec)) ^
+               (static_cast<uint64_t>(tid) << 32);
+  x += 0x9e3779b97f4a7c15ull;  // splitmix64
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return 1 + static_cast<int64_t>(x % static_cast<uint64_t>(period_ns));
+}
+
 bool start_perf(ThreadTimer& t, uint32_t tid, int signo, int64_t period_ns) {
   struct perf_event_attr a;
   memset(&a, 0, sizeof a);
   a.size = sizeof a;
   a.type = PERF_TYPE_SOFTWARE;
   a.config = PERF_COUNT_SW_TASK_CLOCK;
-  a.sample_period = static_cast<uint64_t>(period_ns);
+  a.sample_period = static_cast<uint64_t>(first_expiry_ns(tid, period_ns));  // the handler sets period_ns after it
   a.disabled = 1;
   a.exclude_hv = 1;
   a.wakeup_events = 1;
@@ -32,14 +49,15 @@ bool start_perf(ThreadTimer& t, uint32_t tid, int signo, int64_t period_ns) {
   if (fd < 0) return false;
   struct f_owner_ex owner = {F_OWNER_TID, static_cast<pid_t>(tid)};
   if (fcntl(fd, F_SETOWN_EX, &owner) != 0 || fcntl(fd, F_SETSIG, signo) != 0 ||
-      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC | O_NONBLOCK) != 0 ||
-      ioctl(fd, PERF_EVENT_IOC_RESET, 0) != 0 || ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0) {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC | O_NONBLOCK) != 0 || ioctl(fd, PERF_EVENT_IOC_RESET, 0) != 0) {
     close(fd);
     return false;
   }
   t.perf_fd = fd;
+  t.period_ns = period_ns;
+  t.first_period = true;
   t.source = TimerSource::kPerfTaskClock;
-  t.armed = true;
+  t.armed = true;  // created; counting starts in timer_enable
   return true;
 }
 
@@ -50,14 +68,8 @@ bool start_posix(ThreadTimer& t, uint32_t tid, int signo, int64_t period_ns) {
   sev.sigev_signo = signo;
   sev._sigev_un._tid = static_cast<pid_t>(tid);
   if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &t.timer) != 0) return false;
-  struct itimerspec its;
-  its.it_interval.tv_sec = period_ns / 1000000000;
-  its.it_interval.tv_nsec = period_ns % 1000000000;
-  its.it_value = its.it_interval;
-  if (timer_settime(t.timer, 0, &its, nullptr) != 0) {
-    timer_delete(t.timer);
-    return false;
-  }
+  t.first_ns = first_expiry_ns(tid, period_ns);
+  t.period_ns = period_ns;
   t.source = TimerSource::kThreadCpuTimer;
   t.armed = true;
   return true;
@@ -71,6 +83,22 @@ bool timer_start(ThreadTimer& t, TimerSource preferred, uint32_t tid, int signo,
     return start_perf(t, tid, signo, period_ns) || start_posix(t, tid, signo, period_ns);
   }
   return start_posix(t, tid, signo, period_ns) || start_perf(t, tid, signo, period_ns);
+}
+
+bool timer_enable(ThreadTimer& t) {
+  if (!t.armed) return false;
+  if (t.source == TimerSource::kPerfTaskClock) {
+    if (ioctl(t.perf_fd, PERF_EVENT_IOC_REFRESH, 1) == 0) return true;
+  } else {
+    struct itimerspec its;
+    its.it_interval.tv_sec = t.period_ns / 1000000000;
+    its.it_interval.tv_nsec = t.period_ns % 1000000000;
+    its.it_value.tv_sec = t.first_ns / 1000000000;
+    its.it_value.tv_nsec = t.first_ns % 1000000000;
+    if (timer_settime(t.timer, 0, &its, nullptr) == 0) return true;
+  }
+  timer_stop(t);
+  return false;
 }
 
 void timer_stop(ThreadTimer& t) {
@@ -91,9 +119,14 @@ void timer_forget_inherited(ThreadTimer& t) {
 }
 
 // signal-safe
-uint32_t timer_on_signal(const ThreadTimer& t, const siginfo_t* si) {
+uint32_t timer_on_signal(ThreadTimer& t, const siginfo_t* si) {
   if (t.source == TimerSource::kPerfTaskClock) {
     if (si == nullptr || si->si_fd != t.perf_fd || t.perf_fd < 0) return 0;
+    if (t.first_period) {  // the random first period is over: the steady one from here
+      uint64_t period = static_cast<uint64_t>(t.period_ns);
+      ioctl(t.perf_fd, PERF_EVENT_IOC_PERIOD, &period);
+      t.first_period = false;
+    }
     // The event disabled itself after one overflow: count from here again. A sample therefore
     // never stands for more than one period (no overruns), and the handler's own time is not counted.
     ioctl(t.perf_fd, PERF_EVENT_IOC_REFRESH, 1);

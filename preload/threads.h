@@ -74,8 +74,14 @@ class ThreadRegistry {
   // Registers the calling thread: claims a slot, maps its ring, records its stack bounds and
   // starts its CPU-time timer. Returns nullptr when out of slots or memory (thread runs unprofiled).
   ThreadSlot* register_current(int signo, int64_t period_ns, int64_t now_ns);
-  // Which clock new threads try first (MLPROF_TIMER).
-  void set_timer_source(TimerSource s) { source_ = s; }
+  // Which clock new threads try first (MLPROF_TIMER). `adaptive` (MLPROF_TIMER=auto with POSIX
+  // timers): after kShortThreadsToSwitch threads ended within two periods of CPU, new threads get
+  // perf task-clock events instead (see retire_current).
+  void set_timer_source(TimerSource s, bool adaptive) {
+    source_.store(s, std::memory_order_relaxed);
+    adaptive_.store(adaptive && s == TimerSource::kThreadCpuTimer, std::memory_order_relaxed);
+  }
+  static constexpr uint64_t kShortThreadsToSwitch = 32;  // more than a library's start-up helpers
   // The calling thread is ending: stop its timer and hand the slot to the writer for a last drain.
   void retire_current(int64_t now_ns);
   // Writer: after the last drain of a retired slot, unmap its ring and free it.
@@ -93,13 +99,15 @@ class ThreadRegistry {
   std::atomic<uint64_t> no_slot{0};       // threads that could not get a slot
   std::atomic<uint64_t> timer_failures{0};
   std::atomic<uint64_t> perf_threads{0}, posix_timer_threads{0};  // which clock threads got
+  std::atomic<uint64_t> short_threads{0};  // threads that ended within two periods of CPU time
 
  private:
   bool grow(uint32_t seen);  // constructs the next kSlotChunk slots; false when none are left
   ThreadSlot* slots_ = nullptr;
   std::atomic<uint32_t> constructed_{0};  // slots [0, constructed_) are constructed
   std::atomic<bool> growing_{false};      // grow()'s lock
-  TimerSource source_ = TimerSource::kThreadCpuTimer;  // as Config::timer at the default rate; entry.cpp sets it
+  std::atomic<TimerSource> source_{TimerSource::kThreadCpuTimer};  // as Config::timer at the default rate; entry.cpp sets it
+  std::atomic<bool> adaptive_{false};
   std::atomic<uint32_t> high_water_{0};
 };
 

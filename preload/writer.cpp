@@ -569,6 +569,7 @@ void Writer::send_counters() {
       {wire::Counter::kTimerFailures, threads_.timer_failures.load(std::memory_order_relaxed)},
       {wire::Counter::kPerfThreads, threads_.perf_threads.load(std::memory_order_relaxed)},
       {wire::Counter::kPosixTimerThreads, threads_.posix_timer_threads.load(std::memory_order_relaxed)},
+      {wire::Counter::kShortThreads, threads_.short_threads.load(std::memory_order_relaxed)},
       {wire::Counter::kPyWalkFailed, py_walk_failed_},
       {wire::Counter::kPyCodes, next_code_id_ - 1},
       {wire::Counter::kWaitSamples, wall_.wait_samples},  // these two: wall mode only
