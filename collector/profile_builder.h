@@ -18,6 +18,10 @@ struct BuildOptions {
   // a flush of every stream, then SIGTERM): its stream ending without END is expected, not a
   // warning (RunInfo::extra["stopped_by"] says how it was stopped). 0: none.
   uint32_t stopped_pid = 0;
+  // The command's process (mlprof-run's child). When the stream of its last image ended without
+  // END (killed by a signal, crashed, stopped by mlprof-run), its exit status is RunInfo's, which
+  // the parent's waitpid gave: "128 + signal" instead of unknown. 0: not known.
+  uint32_t command_pid = 0;
 };
 
 // `run` carries what the caller knows about the run (command, times, rate, exit status...).

@@ -396,6 +396,7 @@ int main(int argc, char** argv) {
   collector::BuildOptions build_opts;
   build_opts.memory_window = serving;
   if (stopped_here) build_opts.stopped_pid = static_cast<uint32_t>(child.pid);
+  build_opts.command_pid = static_cast<uint32_t>(child.pid);
   profile::Profile prof = collector::build_profile(streams, run, build_opts);
   const int serving_rc = session ? session->finish(prof) : 0;
   for (auto& w : server_warnings) prof.warnings.push_back(w);

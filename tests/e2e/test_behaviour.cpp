@@ -27,6 +27,10 @@ TEST(Behaviour, SignalDeathIsReturnedAs128PlusSignal) {
   ASSERT_TRUE(prof.ok);
   EXPECT_EQ(prof.result.exit_code, 128 + SIGABRT);
   EXPECT_EQ(prof.profile.run.exit_status, 128 + SIGABRT);
+  // The process's own record too: its stream had no END, but mlprof-run's waitpid saw the signal.
+  ASSERT_EQ(prof.profile.processes.size(), 1u);
+  EXPECT_EQ(prof.profile.processes[0].end_reason, profile::EndReason::kTruncated);
+  EXPECT_EQ(prof.profile.processes[0].exit_status, 128 + SIGABRT);
 }
 
 TEST(Behaviour, ProgramsOwnSigprofTimerKeepsWorking) {
