@@ -183,16 +183,17 @@ TEST(PythonInterpreters, UnsupportedVersionIsSaidOnceAndNativeProfilingGoesOn) {
 namespace {
 
 // A thread-per-request Python server's handler threads each use a few ms of CPU, less than one
-// sampling period: tests/fixtures/python/short_threads.py runs 400 such threads, then the main
+// sampling period: tests/fixtures/python/short_threads.py runs 600 such threads, then the main
 // thread as long, each measuring itself with time.thread_time(). Both functions come out near
-// their measured CPU (before the random first expiry, the short threads had no samples at all).
+// their measured CPU (before the random first expiry, the short threads had no samples at all):
+// ~150 samples on the short threads, so +-35% is over 3.5 standard deviations.
 TEST(PythonThreads, ThreadsShorterThanASamplingPeriodAreCounted) {
   const Interpreter* py = nullptr;
   for (auto& i : interpreters())
     if (i.path == "/usr/bin/python3" || (!py && i.major == 3 && i.minor >= 8 && i.minor <= 13)) py = &i;
   if (!py) GTEST_SKIP() << "no CPython 3.8-3.13 found";
   const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/short_threads.py";
-  Profiled run = profile_run({py->path, script, "400", "60000"}, {"--no-memory"});
+  Profiled run = profile_run({py->path, script, "600", "60000"}, {"--no-memory"});
   ASSERT_TRUE(run.ok);
   ASSERT_EQ(run.result.exit_code, 0) << run.result.err;
   const auto& p = run.profile;
@@ -203,7 +204,7 @@ TEST(PythonThreads, ThreadsShorterThanASamplingPeriodAreCounted) {
   if (counter_sum(p, "perf_threads") == 0)
     GTEST_SKIP() << "perf events not permitted here: short threads stay on POSIX timers (CpuAttribution.PosixTimersStartAtARandomPhase)";
   const double shorts = function_self(p, "short_work") / 1e6, longs = function_self(p, "long_work") / 1e6;
-  EXPECT_NEAR(shorts / short_s, 1.0, 0.3) << "short threads: " << shorts << " s sampled, " << short_s << " s measured";
+  EXPECT_NEAR(shorts / short_s, 1.0, 0.35) << "short threads: " << shorts << " s sampled, " << short_s << " s measured";
   EXPECT_NEAR(longs / long_s, 1.0, 0.3) << "main thread: " << longs << " s sampled, " << long_s << " s measured";
 }
 
