@@ -57,6 +57,7 @@ const char* counter_name(wire::Counter c) {
     case wire::Counter::kGpuDropped: return "gpu_dropped";
     case wire::Counter::kGpuCuptiDropped: return "gpu_cupti_dropped";
     case wire::Counter::kShortThreads: return "short_threads";
+    case wire::Counter::kWriterCycles: return "writer_cycles";
     default: break;
   }
   return nullptr;

@@ -186,6 +186,7 @@ enum class Counter : uint8_t {
   kGpuDropped = 24,      // GPU events lost (the GPU ring was full)
   kGpuCuptiDropped = 25, // activity records CUPTI itself dropped (cuptiActivityGetNumDroppedRecords)
   kShortThreads = 26,    // threads that ended having used less than two sampling periods of CPU
+  kWriterCycles = 27,    // cycles of the preload's writer thread (each drains every ring)
 };
 
 // Commands from the collector to the preload, one byte each on the same socket.

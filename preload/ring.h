@@ -51,6 +51,13 @@ class Ring {
     head_.store(pending_head_ + align(len + kHeader), std::memory_order_release);
   }
 
+  // Consumer: the fraction of the ring holding records not drained yet (0..1).
+  double fill() const {
+    if (cap_ == 0) return 0;
+    const uint64_t used = head_.load(std::memory_order_acquire) - tail_.load(std::memory_order_relaxed);
+    return static_cast<double>(used) / cap_;
+  }
+
   // Consumer: calls fn(const uint8_t* data, uint32_t len) for every published record.
   template <typename Fn>
   size_t drain(Fn&& fn) {

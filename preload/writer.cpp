@@ -24,7 +24,17 @@
 namespace mlprof::preload {
 namespace {
 
-constexpr int kCycleMs = 10;           // ring drain interval
+constexpr int kCycleMs = 10;           // ring drain interval while there is work (CPU mode)
+// CPU mode, when the rings were nearly empty: the interval doubles up to this. 100 wake-ups a
+// second of a thread that finds one sample to send cost the example HTTP service ~1.9% of its CPU
+// (mostly the kernel's wake-up path), and on a VM whose vCPUs slow each other down, the profiled
+// program pays for them too (docs/benchmarks.md, *Noise on this machine*).
+constexpr int kIdleCycleMs = 40;
+constexpr double kBusyFill = 1.0 / 8;   // a ring this full at a cycle: back to kCycleMs
+constexpr double kIdleFill = 1.0 / 32;  // every ring below this: the interval may double
+// Cycles stay at kCycleMs this long after the start and after a module change: a library's
+// unwind tables are read on the cycle after it appears, and imports come in bursts.
+constexpr int64_t kBusyAfterChangeNs = 1000000000;
 constexpr int64_t kSlowNs = 1000000000;  // names, counters, handler check: once a second
 // MEM_USAGE: at least 10 Hz. Sent by the first cycle at least kUsageNs after the previous one;
 // cycles come every kCycleMs (CPU mode) or are woken for it (wall mode), so the spacing stays
@@ -91,10 +101,10 @@ void wake_writer() {
 int Writer::wait(int timeout_ms) {
   if (!g_sampler.python.load(std::memory_order_relaxed)) return transport_.wait_command(timeout_ms);
   // A futex cannot wait for the socket too: commands are looked at before and after, and the
-  // wait is at most one cycle (a flush from the collector is answered within kCycleMs).
+  // wait is at most one idle cycle (a flush from the collector is answered within kIdleCycleMs).
   int cmd = transport_.poll_command();
   if (cmd >= 0) return cmd;
-  if (timeout_ms > kCycleMs) timeout_ms = kCycleMs;
+  if (timeout_ms > kIdleCycleMs) timeout_ms = kIdleCycleMs;
   if (g_wake.load(std::memory_order_acquire) == 0) {
     struct timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
     syscall(SYS_futex, wake_word(), FUTEX_WAIT_PRIVATE, 0, &ts, nullptr, 0);
@@ -173,9 +183,13 @@ void Writer::loop() {
       }
     }
     int timeout = cycle_timeout_ms();
-    // A long wall period (low MLPROF_RATE) must not space MEM_USAGE records more than 100 ms
-    // apart: the cycle is woken early (a wall tick that is not due does nothing).
-    if (mem::enabled() && timeout > kCycleMs) timeout = kCycleMs;
+    // A long wall period (low MLPROF_RATE) or a long idle cycle must not space MEM_USAGE records
+    // more than 100 ms apart: the cycle is woken when the next one is due (a wall tick that is
+    // not due does nothing).
+    if (mem::enabled()) {
+      const int64_t due_ms = (last_usage_ns_ + kUsageNs - clock_ns() + 999999) / 1000000;
+      if (timeout > due_ms) timeout = due_ms < 1 ? 1 : static_cast<int>(due_ms);
+    }
     int cmd = wait(timeout);
     pthread_mutex_lock(&mu_);
     if (ended_ || stop_.load(std::memory_order_acquire)) {
@@ -209,7 +223,7 @@ bool Writer::wall_mode() const { return cfg_.mode == ProfileMode::kWall; }
 // CPU mode: a drain every 10 ms. Wall mode: one cycle per wall period, on a fixed schedule (a late
 // cycle does not shift the next ones; the samples' weights count the periods that really passed).
 int Writer::cycle_timeout_ms() {
-  if (!wall_mode()) return kCycleMs;
+  if (!wall_mode()) return cycle_ms_;
   const int64_t now = clock_ns(), period = wall_.period_ns();
   if (next_tick_ns_ <= now) {
     next_tick_ns_ += period;
@@ -467,8 +481,10 @@ void Writer::emit_sample(uint32_t tid, uint64_t id, int64_t t_ns, uint32_t weigh
 }
 
 void Writer::cycle(bool final) {
+  ++cycles_;
   send_modules(false);
   int64_t now = clock_ns();
+  double fill = 0;  // the fullest ring found this cycle
   bool slow = final || now - last_slow_check_ns_ >= kSlowNs;
   const bool wall = wall_mode() && g_sampler.sampling.load(std::memory_order_relaxed);
   const bool python = g_sampler.python.load(std::memory_order_relaxed);
@@ -478,8 +494,12 @@ void Writer::cycle(bool final) {
     uint32_t st = s->state.load(std::memory_order_acquire);
     if (st == kSlotActive) {
       if (!s->announced) announce_thread(s);
+      fill = std::max(fill, s->ring.fill());
       drain_slot(s);
-      if (s->mem_ring_ready.load(std::memory_order_acquire)) drain_mem(s->mem_ring);
+      if (s->mem_ring_ready.load(std::memory_order_acquire)) {
+        fill = std::max(fill, s->mem_ring.fill());
+        drain_mem(s->mem_ring);
+      }
       if (wall) wall_.tick(s, now, python, *this);
       if (slow) {
         std::string name = thread_comm(s->tid);
@@ -513,8 +533,10 @@ void Writer::cycle(bool final) {
       threads_.release(s);
     }
   }
+  if (mem::enabled() && mem::g_fallback.valid()) fill = std::max(fill, mem::g_fallback.ring().fill());
   check_memory(now, final);
   drain_gpu(now);
+  adapt_cycle(now, fill);
   if (slow) {
     last_slow_check_ns_ = now;
     if (!final) send_counters();
@@ -539,6 +561,20 @@ void Writer::cycle(bool final) {
     cfi_refresh_due_ = false;
     if (!final) cfi_refresh_modules();  // the last cycle: nothing will be unwound any more
   }
+}
+
+// CPU mode: kCycleMs while a ring was at least kBusyFill full, in the first second and a second
+// after a module change, in exact memory mode and with GPU profiling on; doubling up to
+// kIdleCycleMs while every ring stays below kIdleFill. The rings hold 64 KiB (samples) and
+// 256 KiB (memory events) a thread: at 1/32 full after 40 ms they would fill in over a second.
+void Writer::adapt_cycle(int64_t now, double fill) {
+  if (cfi_refresh_due_ || modules_changed_ns_ == 0) modules_changed_ns_ = now;
+  const bool busy = fill >= kBusyFill || now - modules_changed_ns_ < kBusyAfterChangeNs ||
+                    (mem::enabled() && mem::exact()) || gpu::attached();
+  if (busy)
+    cycle_ms_ = kCycleMs;
+  else if (fill < kIdleFill && cycle_ms_ < kIdleCycleMs)
+    cycle_ms_ = std::min(cycle_ms_ * 2, kIdleCycleMs);
 }
 
 void Writer::send_counters() {
@@ -570,6 +606,7 @@ void Writer::send_counters() {
       {wire::Counter::kPerfThreads, threads_.perf_threads.load(std::memory_order_relaxed)},
       {wire::Counter::kPosixTimerThreads, threads_.posix_timer_threads.load(std::memory_order_relaxed)},
       {wire::Counter::kShortThreads, threads_.short_threads.load(std::memory_order_relaxed)},
+      {wire::Counter::kWriterCycles, cycles_},
       {wire::Counter::kPyWalkFailed, py_walk_failed_},
       {wire::Counter::kPyCodes, next_code_id_ - 1},
       {wire::Counter::kWaitSamples, wall_.wait_samples},  // these two: wall mode only

@@ -78,6 +78,10 @@ class Writer : private WallSink {
   void emit_sample(uint32_t tid, uint64_t stack_id, int64_t t_ns, uint32_t weight);
   bool wall_mode() const;
   int cycle_timeout_ms();
+  void adapt_cycle(int64_t now, double fill);
+  int cycle_ms_ = 10;                // CPU mode: the current drain interval (adapt_cycle)
+  int64_t modules_changed_ns_ = 0;   // the last cycle that found new or removed modules
+  uint64_t cycles_ = 0;              // counter writer_cycles
   int wait(int timeout_ms);  // until the next cycle: timeout, a collector command, or wake_writer()
   // WallSink
   uint64_t wall_stack(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py,

@@ -197,3 +197,26 @@ TEST(BadInput, ReportRejectsForeignAndTruncatedFiles) {
 }
 
 }  // namespace
+
+namespace {
+
+// The preload's writer thread wakes every 10 ms only while there is work: a program that sleeps
+// has its rings drained every 40 ms after the first second (docs/how-it-works.md, the writer
+// thread), plus the memory timeline's records (every 80 ms). Counted by writer_cycles.
+TEST(Behaviour, AnIdleProgramsWriterCyclesLessOften) {
+  for (const bool memory : {true, false}) {
+    Profiled prof = profile_run({"/bin/sleep", "3"}, memory ? std::vector<std::string>{} : std::vector<std::string>{"--no-memory"});
+    ASSERT_TRUE(prof.ok);
+    ASSERT_EQ(prof.result.exit_code, 0) << prof.result.err;
+    ASSERT_EQ(prof.profile.processes.size(), 1u);
+    const auto& proc = prof.profile.processes[0];
+    const double seconds = (proc.end_ns - proc.start_ns) / 1e9;
+    ASSERT_GT(seconds, 2.9);
+    const double per_s = counter_sum(prof.profile, "writer_cycles") / seconds;
+    // 100 in the first second, then ~25 a second: ~50/s over 3 s (every 10 ms: 100/s).
+    EXPECT_LT(per_s, 70) << (memory ? "memory on" : "--no-memory");
+    EXPECT_GT(per_s, 20) << (memory ? "memory on" : "--no-memory");
+  }
+}
+
+}  // namespace
