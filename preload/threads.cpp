@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -106,11 +107,14 @@ ThreadSlot* ThreadRegistry::register_current(int signo, int64_t period_ns, int64
   s->wall.accounted_ns = now_ns;
   s->timer = ThreadTimer{};
   // The timer must exist before the slot is visible to the handler (it reads the perf fd).
-  const TimerSource want = source_.load(std::memory_order_relaxed);
+  TimerSource want = source_.load(std::memory_order_relaxed);
+  if (want == TimerSource::kPerfTaskClock && live_perf_.load(std::memory_order_relaxed) >= perf_fd_cap())
+    want = TimerSource::kThreadCpuTimer;  // the program's descriptors come first
   if (!timer_start(s->timer, want, s->tid, signo, period_ns)) {
     timer_failures.fetch_add(1, std::memory_order_relaxed);
   } else if (s->timer.source == TimerSource::kPerfTaskClock) {
     perf_threads.fetch_add(1, std::memory_order_relaxed);
+    live_perf_.fetch_add(1, std::memory_order_relaxed);
   } else {
     posix_timer_threads.fetch_add(1, std::memory_order_relaxed);
     // The switch to perf events (retire_current) found them not allowed here: stay with POSIX
@@ -120,7 +124,10 @@ ThreadSlot* ThreadRegistry::register_current(int signo, int64_t period_ns, int64
   }
   s->state.store(kSlotActive, std::memory_order_release);
   t_slot = s;
-  if (s->timer.armed && !timer_enable(s->timer)) timer_failures.fetch_add(1, std::memory_order_relaxed);
+  if (s->timer.armed && !timer_enable(s->timer)) {
+    timer_failures.fetch_add(1, std::memory_order_relaxed);
+    if (s->timer.source == TimerSource::kPerfTaskClock) live_perf_.fetch_sub(1, std::memory_order_relaxed);
+  }
   errno = saved_errno;
   return s;
 }
@@ -143,7 +150,7 @@ void ThreadRegistry::retire_current(int64_t now_ns) {
     if (n == kShortThreadsToSwitch && adaptive_.load(std::memory_order_relaxed))
       source_.store(TimerSource::kPerfTaskClock, std::memory_order_relaxed);
   }
-  timer_stop(s->timer);
+  stop_timer(s);
   prctl(PR_GET_NAME, s->end_name, 0, 0, 0);
   s->end_ns.store(now_ns, std::memory_order_relaxed);
   s->state.store(kSlotRetired, std::memory_order_release);
@@ -165,12 +172,30 @@ void ThreadRegistry::release(ThreadSlot* s) {
   s->state.store(kSlotFree, std::memory_order_release);
 }
 
+// Each perf-sampled thread holds a file descriptor while it lives. A thread-per-connection server
+// already holds a socket per thread: perf events for all its threads could double its descriptors
+// and make its own accept() or open() fail at RLIMIT_NOFILE (1024 by default). So at most 1/16 of
+// the soft limit (at least 16; 4096 when unlimited) is used for perf events; threads beyond that
+// get POSIX timers.
+int ThreadRegistry::perf_fd_cap() {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 16;
+  if (rl.rlim_cur == RLIM_INFINITY) return 4096;
+  const rlim_t cap = rl.rlim_cur / 16;
+  return cap < 16 ? 16 : cap > 4096 ? 4096 : static_cast<int>(cap);
+}
+
+void ThreadRegistry::stop_timer(ThreadSlot* s) {
+  if (s->timer.armed && s->timer.source == TimerSource::kPerfTaskClock) live_perf_.fetch_sub(1, std::memory_order_relaxed);
+  timer_stop(s->timer);
+}
+
 void ThreadRegistry::stop_all_timers() {
   uint32_t hw = high_water();
   for (uint32_t i = 0; i < hw; ++i) {
     ThreadSlot* s = &slots_[i];
     // Timer ids and perf fds are process-wide: any thread may stop another thread's timer.
-    if (s->state.load(std::memory_order_acquire) == kSlotActive) timer_stop(s->timer);
+    if (s->state.load(std::memory_order_acquire) == kSlotActive) stop_timer(s);
   }
 }
 
@@ -178,9 +203,11 @@ void ThreadRegistry::restart_current_timer(int signo, int64_t period_ns) {
   ThreadSlot* s = t_slot;
   if (!s) return;
   int saved_errno = errno;
-  timer_stop(s->timer);
+  stop_timer(s);
   if (!timer_start(s->timer, source_.load(std::memory_order_relaxed), s->tid, signo, period_ns) || !timer_enable(s->timer))
     timer_failures.fetch_add(1, std::memory_order_relaxed);
+  else if (s->timer.source == TimerSource::kPerfTaskClock)
+    live_perf_.fetch_add(1, std::memory_order_relaxed);
   errno = saved_errno;
 }
 
@@ -194,6 +221,7 @@ void ThreadRegistry::reset_after_fork(int signo, int64_t period_ns, int64_t now_
     timer_forget_inherited(s->timer);  // perf fds are inherited (still watching the parent's threads)
     if (s != mine) release(s);
   }
+  live_perf_.store(0, std::memory_order_relaxed);  // the child's threads have no events yet
   if (!mine) return;
   // Keep the slot and ring memory, but start afresh: new tid, empty ring, new timer, new counters.
   t_slot = nullptr;

@@ -108,6 +108,9 @@ class ThreadRegistry {
   std::atomic<bool> growing_{false};      // grow()'s lock
   std::atomic<TimerSource> source_{TimerSource::kThreadCpuTimer};  // as Config::timer at the default rate; entry.cpp sets it
   std::atomic<bool> adaptive_{false};
+  std::atomic<int> live_perf_{0};  // threads holding a perf event's descriptor now
+  static int perf_fd_cap();
+  void stop_timer(ThreadSlot* s);
   std::atomic<uint32_t> high_water_{0};
 };
 

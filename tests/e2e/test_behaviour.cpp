@@ -220,3 +220,30 @@ TEST(Behaviour, AnIdleProgramsWriterCyclesLessOften) {
 }
 
 }  // namespace
+
+namespace {
+
+int opened(const std::string& out) {
+  int n = -1;
+  auto pos = out.rfind("opened ");
+  if (pos == std::string::npos || sscanf(out.c_str() + pos, "opened %d", &n) != 1) ADD_FAILURE() << "no count: " << out;
+  return n;
+}
+
+// Each perf-sampled thread holds a descriptor. With 150 live threads after the switch to perf
+// events (32 short threads), a program at RLIMIT_NOFILE 256 could open 99 descriptors instead of
+// 251: mlprof uses perf events for at most 1/16 of the limit's worth of threads, POSIX timers
+// for the rest.
+TEST(Behaviour, PerfEventsLeaveTheProgramItsDescriptors) {
+  const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/fd_limit.py";
+  RunResult direct = run({"/usr/bin/python3", script});
+  ASSERT_EQ(direct.exit_code, 0) << direct.err;
+  Profiled prof = profile_run({"/usr/bin/python3", script}, {"--no-memory"});
+  ASSERT_TRUE(prof.ok);
+  ASSERT_EQ(prof.result.exit_code, 0) << prof.result.err;
+  EXPECT_GE(opened(prof.result.out), opened(direct.out) - 24) << "the profiler took the program's descriptors";
+  EXPECT_LE(counter_sum(prof.profile, "perf_threads"), 16 + 12);  // 256 / 16, and the 8 short threads after the switch
+  EXPECT_GE(counter_sum(prof.profile, "posix_timer_threads"), 150 - 16);
+}
+
+}  // namespace
