@@ -611,7 +611,8 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
                                        "its profile holds what was collected until then",
                                        proc.pid, proc.argv.empty() ? proc.exe : proc.argv[0]));
     // Short-lived threads on POSIX CPU-time timers only (perf events not allowed, or MLPROF_TIMER=timer):
-    // the tick-driven timer sees a fraction of their CPU (docs/how-it-works.md, Clocks).
+    // the tick-driven timer sees a fraction of their CPU (docs/how-it-works.md, Clocks). 32: the
+    // number after which the preload would have switched (ThreadRegistry::kShortThreadsToSwitch).
     if (get("short_threads") >= 32 && get("perf_threads") == 0 && get("posix_timer_threads") > 0)
       p.warnings.push_back(fmt::format(
           "process {} ({}): {} threads ended within two sampling periods of CPU each; POSIX CPU-time timers (perf "

@@ -37,8 +37,9 @@ constexpr double kIdleFill = 1.0 / 32;  // every ring below this: the interval m
 constexpr int64_t kBusyAfterChangeNs = 1000000000;
 constexpr int64_t kSlowNs = 1000000000;  // names, counters, handler check: once a second
 // MEM_USAGE: at least 10 Hz. Sent by the first cycle at least kUsageNs after the previous one;
-// cycles come every kCycleMs (CPU mode) or are woken for it (wall mode), so the spacing stays
-// within kUsageNs + one cycle + scheduling delays: below 100 ms unless the machine is overloaded.
+// the loop wakes a cycle when it is due (whatever the CPU-mode interval or the wall period), so
+// the spacing stays within kUsageNs + scheduling delays: below 100 ms unless the machine is
+// overloaded.
 constexpr int64_t kUsageNs = 80'000'000;
 
 // The preload's own threads must not go through its pthread_create hook.
@@ -120,6 +121,8 @@ bool Writer::start(int64_t start_realtime_ns, int64_t start_mono_ns, int64_t per
   last_sample_ns_ = start_mono_ns;
   last_mem_ns_ = start_mono_ns;
   last_usage_ns_ = 0;
+  cycle_ms_ = kCycleMs;      // a new image or a fork child: busy again for its first second
+  modules_changed_ns_ = 0;
   wall_.set_period(wall_period_ns(cfg_));
   next_tick_ns_ = start_mono_ns + wall_.period_ns();
   ended_ = false;
@@ -220,7 +223,7 @@ void Writer::loop() {
 
 bool Writer::wall_mode() const { return cfg_.mode == ProfileMode::kWall; }
 
-// CPU mode: a drain every 10 ms. Wall mode: one cycle per wall period, on a fixed schedule (a late
+// CPU mode: the interval adapt_cycle chose (10-40 ms). Wall mode: one cycle per wall period, on a fixed schedule (a late
 // cycle does not shift the next ones; the samples' weights count the periods that really passed).
 int Writer::cycle_timeout_ms() {
   if (!wall_mode()) return cycle_ms_;
@@ -699,6 +702,7 @@ void Writer::fork_child(int64_t start_realtime_ns, int64_t start_mono_ns) {
   retired_samples_ = retired_dropped_ = retired_stopped_ = retired_leaf_ = retired_ticks_ = 0;
   threads_seen_ = 0;
   mem_samples_ = mem_frees_ = copy_samples_ = 0;
+  cycles_ = 0;
   // The parent's /proc/self/statm: /proc/self was resolved when it was opened.
   if (statm_fd_ >= 0) close(statm_fd_);
   statm_fd_ = -1;

@@ -79,7 +79,7 @@ class Writer : private WallSink {
   bool wall_mode() const;
   int cycle_timeout_ms();
   void adapt_cycle(int64_t now, double fill);
-  int cycle_ms_ = 10;                // CPU mode: the current drain interval (adapt_cycle)
+  int cycle_ms_ = 10;                // CPU mode: the current drain interval (adapt_cycle; kCycleMs at start)
   int64_t modules_changed_ns_ = 0;   // the last cycle that found new or removed modules
   uint64_t cycles_ = 0;              // counter writer_cycles
   int wait(int timeout_ms);  // until the next cycle: timeout, a collector command, or wake_writer()
