@@ -1,6 +1,7 @@
 // .eh_frame_hdr / .eh_frame parsing and CFA-program evaluation into sorted Row tables.
-// NOT signal-safe (see eh_frame.h): runs in cfi_refresh_modules(), inside dl_iterate_phdr's
-// callback so that the module cannot be unmapped while it is read. Uses no malloc.
+// NOT signal-safe (see eh_frame.h): runs in cfi_refresh_modules(), either inside dl_iterate_phdr's
+// callback, so that the module cannot be unmapped while it is read, or on a copy of the bytes
+// eh_frame_extent names, made there. Uses no malloc.
 // References: LSB 5.0 "Exception Frames" (.eh_frame, .eh_frame_hdr, DW_EH_PE_*), DWARF 4 §6.4.
 #include "preload/eh_frame.h"
 
@@ -46,11 +47,16 @@ enum : uint8_t {
   DW_EH_PE_funcrel = 0x40, DW_EH_PE_aligned = 0x50, DW_EH_PE_indirect = 0x80, DW_EH_PE_omit = 0xff,
 };
 
+// Positions are the module's own addresses; the bytes of address a are read at a + delta (0 when
+// the module is read in place; the copy's offset when unwind_cfi.cpp parses a copy of them).
 struct Reader {
   uintptr_t p, end;  // reads must stay in [p, end)
   uintptr_t lo;      // the segment start (for indirect reads)
   uintptr_t seg_end;
+  intptr_t delta;
   bool ok = true;
+
+  const uint8_t* at(uintptr_t a) const { return reinterpret_cast<const uint8_t*>(a + delta); }
 
   bool has(size_t n) {
     if (!ok || n > end - p) ok = false;
@@ -60,7 +66,7 @@ struct Reader {
   T fixed() {
     if (!has(sizeof(T))) return T{};
     T v;
-    memcpy(&v, reinterpret_cast<const void*>(p), sizeof(T));
+    memcpy(&v, at(p), sizeof(T));
     p += sizeof(T);
     return v;
   }
@@ -68,7 +74,7 @@ struct Reader {
   uint64_t uleb() {
     uint64_t v = 0;
     for (unsigned shift = 0; has(1); shift += 7) {
-      uint8_t b = *reinterpret_cast<const uint8_t*>(p++);
+      uint8_t b = *at(p++);
       if (shift < 64) v |= uint64_t(b & 0x7f) << shift;
       if (!(b & 0x80)) return v;
     }
@@ -80,7 +86,7 @@ struct Reader {
     uint8_t b = 0;
     do {
       if (!has(1)) return 0;
-      b = *reinterpret_cast<const uint8_t*>(p++);
+      b = *at(p++);
       if (shift < 64) v |= int64_t(b & 0x7f) << shift;
       shift += 7;
     } while (b & 0x80);
@@ -115,7 +121,7 @@ struct Reader {
     if (enc & DW_EH_PE_indirect) {  // a pointer to the pointer (personality routines via GOT)
       if (v < lo || v + 8 > seg_end || v + 8 < v) return 0;  // out of what we may read: ignore
       uint64_t target;
-      memcpy(&target, reinterpret_cast<const void*>(v), 8);
+      memcpy(&target, at(v), 8);
       v = target;
     }
     return v;
@@ -149,14 +155,14 @@ bool entry_bounds(Reader& r, uintptr_t& body, uintptr_t& end) {
 
 bool parse_cie(uintptr_t at, const EhFrameSource& src, Cie& cie) {
   cie = Cie{};  // the caller reuses one Cie for all CIEs of a module
-  Reader r{at, src.hi, src.lo, src.hi};
+  Reader r{at, src.hi, src.lo, src.hi, src.delta};
   uintptr_t body, end;
   if (at < src.lo || !entry_bounds(r, body, end)) return false;
   r.end = end;
   if (r.fixed<uint32_t>() != 0) return false;  // CIE id is 0 in .eh_frame
   uint8_t version = r.u8();
   if (version != 1 && version != 3 && version != 4) return false;
-  const char* aug = reinterpret_cast<const char*>(r.p);
+  const char* aug = reinterpret_cast<const char*>(r.at(r.p));
   size_t aug_len = strnlen(aug, r.end - r.p);
   if (aug_len == r.end - r.p) return false;
   r.p += aug_len + 1;
@@ -223,14 +229,14 @@ constexpr int kMaxRemembered = 8;
 //  - the PLT's: DW_OP_breg7 N; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and; DW_OP_litK; DW_OP_ge;
 //    DW_OP_lit3; DW_OP_shl; DW_OP_plus   (binutils elf_x86_64_eh_frame_*plt)
 //  - stack realignment: DW_OP_breg6 N; DW_OP_deref   (GCC, e.g. main() with over-aligned locals)
-void classify_cfa_expr(uintptr_t p, uint64_t len, State& s) {
+void classify_cfa_expr(uintptr_t p, uint64_t len, intptr_t delta, State& s) {
   s.cfa_rule = kCfaExprOther;
-  Reader r{p, p + len, p, p + len};
+  Reader r{p, p + len, p, p + len, delta};
   uint8_t op = r.u8();
   if (op == 0x77) {  // DW_OP_breg7
     int64_t n = r.sleb();
     size_t rest = r.end - r.p;
-    const uint8_t* t = reinterpret_cast<const uint8_t*>(r.p);
+    const uint8_t* t = r.at(r.p);
     // breg16 0, lit15, and, litK, ge, lit3, shl, plus
     if (r.ok && rest == 9 && t[0] == 0x80 && t[1] == 0 && t[2] == 0x3f && t[3] == 0x1a &&
         t[4] >= 0x30 && t[4] <= 0x3f && t[5] == 0x2a && t[6] == 0x33 && t[7] == 0x24 && t[8] == 0x22) {
@@ -240,7 +246,7 @@ void classify_cfa_expr(uintptr_t p, uint64_t len, State& s) {
     }
   } else if (op == 0x76) {  // DW_OP_breg6
     int64_t n = r.sleb();
-    if (r.ok && r.end - r.p == 1 && *reinterpret_cast<const uint8_t*>(r.p) == 0x06) {  // DW_OP_deref
+    if (r.ok && r.end - r.p == 1 && *r.at(r.p) == 0x06) {  // DW_OP_deref
       s.cfa_rule = kCfaExprRbpDeref;
       s.cfa_off = n;
     }
@@ -337,7 +343,7 @@ struct Program {
   // Runs [p, end). With `emit_rows` false (the CIE's initial instructions) no rows are made.
   // Returns false on an opcode we cannot decode: the caller ends the FDE with a stop row.
   bool run(uintptr_t p, uintptr_t end, uint64_t pc_end, bool emit_rows) {
-    Reader r{p, end, src.lo, src.hi};
+    Reader r{p, end, src.lo, src.hi, src.delta};
     const int64_t da = cie.data_align;
     const uint64_t ca = cie.code_align;
     auto advance = [&](uint64_t delta) {
@@ -386,7 +392,7 @@ struct Program {
         case 0x0f: {  // def_cfa_expression
           uint64_t n = r.uleb();
           if (!r.has(n)) return false;
-          classify_cfa_expr(r.p, n, state);
+          classify_cfa_expr(r.p, n, src.delta, state);
           r.p += n;
           break;
         }
@@ -415,7 +421,7 @@ struct Program {
 
 bool parse_fde(uintptr_t fde, const EhFrameSource& src, MmapArray& rows, ParseStats& st,
                uintptr_t& cached_cie_at, Cie& cached_cie) {
-  Reader r{fde, src.hi, src.lo, src.hi};
+  Reader r{fde, src.hi, src.lo, src.hi, src.delta};
   uintptr_t body, end;
   if (fde < src.lo || !entry_bounds(r, body, end)) return false;
   r.end = end;
@@ -486,9 +492,38 @@ size_t sort_and_compact(Row* rows, size_t n) {
   return out;
 }
 
+bool eh_frame_extent(const EhFrameSource& src, uintptr_t* start, uintptr_t* end) {
+  Reader r{src.eh_frame_hdr, src.hi, src.lo, src.hi, src.delta};
+  if (src.eh_frame_hdr < src.lo || src.eh_frame_hdr >= src.hi) return false;
+  uint8_t version = r.u8();
+  uint8_t eh_frame_ptr_enc = r.u8();
+  uint8_t fde_count_enc = r.u8();
+  uint8_t table_enc = r.u8();
+  if (!r.ok || version != 1 || fde_count_enc == DW_EH_PE_omit || table_enc == DW_EH_PE_omit) return false;
+  uint64_t eh_frame = r.encoded(eh_frame_ptr_enc, src.text_base, src.eh_frame_hdr);
+  uint64_t count = r.encoded(fde_count_enc, src.text_base, src.eh_frame_hdr);
+  if (!r.ok || eh_frame < src.lo || eh_frame >= src.hi) return false;
+  uint64_t last_fde = 0;
+  for (uint64_t i = 0; i < count && r.ok; ++i) {
+    r.encoded(table_enc, src.text_base, src.eh_frame_hdr);
+    uint64_t fde = r.encoded(table_enc, src.text_base, src.eh_frame_hdr);
+    if (r.ok && fde < src.hi && fde > last_fde) last_fde = fde;
+  }
+  if (!r.ok) return false;
+  uintptr_t lo = std::min<uintptr_t>(src.eh_frame_hdr, eh_frame), hi = std::max<uintptr_t>(r.p, eh_frame);
+  if (last_fde >= eh_frame) {
+    Reader w{uintptr_t(last_fde), src.hi, src.lo, src.hi, src.delta};
+    uintptr_t body, fde_end;
+    if (entry_bounds(w, body, fde_end)) hi = std::max(hi, fde_end);
+  }
+  *start = lo;
+  *end = hi;
+  return true;
+}
+
 bool parse_eh_frame(const EhFrameSource& src, MmapArray& rows, ParseStats* stats) {
   ParseStats st;
-  Reader r{src.eh_frame_hdr, src.hi, src.lo, src.hi};
+  Reader r{src.eh_frame_hdr, src.hi, src.lo, src.hi, src.delta};
   if (src.eh_frame_hdr < src.lo || src.eh_frame_hdr >= src.hi) return false;
   uint8_t version = r.u8();
   uint8_t eh_frame_ptr_enc = r.u8();
@@ -503,6 +538,7 @@ bool parse_eh_frame(const EhFrameSource& src, MmapArray& rows, ParseStats* stats
     // The binary-search table lists every FDE: (initial location, FDE address) pairs.
     uint64_t count = r.encoded(fde_count_enc, src.text_base, src.eh_frame_hdr);
     for (uint64_t i = 0; i < count && r.ok; ++i) {
+      if ((i & 1023) == 0 && src.cancel && src.cancel->load(std::memory_order_relaxed)) return false;
       r.encoded(table_enc, src.text_base, src.eh_frame_hdr);
       uint64_t fde = r.encoded(table_enc, src.text_base, src.eh_frame_hdr);
       if (!r.ok) break;
@@ -511,7 +547,7 @@ bool parse_eh_frame(const EhFrameSource& src, MmapArray& rows, ParseStats* stats
     }
   } else if (eh_frame) {
     // No table: walk .eh_frame up to its zero terminator (crtend.o), within the segment.
-    Reader w{uintptr_t(eh_frame), src.hi, src.lo, src.hi};
+    Reader w{uintptr_t(eh_frame), src.hi, src.lo, src.hi, src.delta};
     while (w.ok && w.p < w.end) {
       uintptr_t at = w.p, body, end;
       if (!entry_bounds(w, body, end)) break;

@@ -10,6 +10,7 @@
 // address is defined at all. The return address is always at CFA-8 on x86-64 (the call pushed
 // it); FDEs that say otherwise (signal trampolines, hand-written asm) get a "stop" row.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -67,13 +68,24 @@ class MmapArray {
 
 // Where a module's eh_frame data can be read: [lo, hi) is the loaded segment that holds
 // .eh_frame_hdr (and, with every linker we know of, .eh_frame); reads outside it are refused.
+// All fields are the module's own addresses; `delta` says where their bytes are read.
 struct EhFrameSource {
   uintptr_t eh_frame_hdr = 0;
   uintptr_t lo = 0;
   uintptr_t hi = 0;
   uintptr_t bias = 0;       // the module's load bias: row pcs are offsets from it
   uintptr_t text_base = 0;  // base for DW_EH_PE_textrel (start of the first executable segment)
+  intptr_t delta = 0;       // the byte at address a is read at a + delta: 0 in place, else a copy's offset
+  const std::atomic<bool>* cancel = nullptr;  // when it turns true, parsing stops (returns false)
 };
+
+// The bytes parse_eh_frame reads for a module whose .eh_frame_hdr has a search table, as module
+// addresses [*start, *end) within [src.lo, src.hi): the header and its table, and .eh_frame from
+// its start to the end of the last FDE (every CIE precedes the FDEs that use it). False when
+// there is no table (the walk of .eh_frame has no known end) or the header is unusable.
+// unwind_cfi.cpp copies these bytes while the loader lock keeps the module mapped, then parses
+// the copy without the lock.
+bool eh_frame_extent(const EhFrameSource& src, uintptr_t* start, uintptr_t* end);
 
 struct ParseStats {
   uint32_t fdes = 0;      // FDEs turned into rows
@@ -81,7 +93,8 @@ struct ParseStats {
 };
 
 // Appends the rows of every FDE listed by the module's .eh_frame_hdr to `rows` (elements of
-// type Row), then sorts and compacts them. Returns false if the header is unusable.
+// type Row), then sorts and compacts them. Returns false if the header is unusable or parsing
+// was cancelled.
 bool parse_eh_frame(const EhFrameSource& src, MmapArray& rows, ParseStats* stats);
 
 // Sorts rows by pc (a real row wins over a kCfaNone end marker at the same pc) and drops rows
@@ -111,5 +124,8 @@ struct RegistryStats {
 RegistryStats registry_stats();
 // The grace period before retired tables are unmapped (default 2 s); tests shorten it.
 void set_grace_period_ns(uint64_t ns);
+// Tests: called on the refreshing thread before each module's table is parsed, with whether it
+// is parsed in place (inside dl_iterate_phdr, the loader lock held) or from a copy (without it).
+void set_parse_hook(void (*hook)(const char* path, bool in_place));
 
 }  // namespace mlprof::preload::cfi

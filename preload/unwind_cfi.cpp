@@ -338,18 +338,29 @@ void* map_zeroed(size_t size) {
 }
 
 struct Pending {
-  Table* table;
+  Table* table;  // null until built (or when the build failed: the module then gets no ranges)
   uint32_t nranges;
   uintptr_t start[kMaxRangesPerModule];
   uintptr_t end[kMaxRangesPerModule];
+  // A module to build after the loader lock is released: a private copy of the bytes the parse
+  // reads, followed by the module's path (the loader's string may be gone by then).
+  char* copy;
+  size_t copy_size;
+  cfi::EhFrameSource src;  // module addresses; src.delta points them into the copy
+  const char* path;        // inside the copy
+  size_t path_len;
+  uintptr_t bias;
+  bool built_now;  // table parsed by this refresh (not carried over)
 };
 
 struct IterContext {
   const Snapshot* old;
   cfi::MmapArray* pendings;  // of Pending
   cfi::MmapArray* scratch;   // of Row
-  bool any_rows;
 };
+
+std::atomic<bool> g_cancel{false};
+std::atomic<void (*)(const char*, bool)> g_parse_hook{nullptr};
 
 Table* find_reusable(const Snapshot* old, const char* path, size_t path_len, uintptr_t bias) {
   if (!old) return nullptr;
@@ -360,27 +371,33 @@ Table* find_reusable(const Snapshot* old, const char* path, size_t path_len, uin
   return nullptr;
 }
 
-// Runs inside dl_iterate_phdr's callback: the loader lock keeps the module mapped meanwhile.
-Table* build_table(const dl_phdr_info* info, const char* path, size_t path_len, uintptr_t text_base,
-                   cfi::MmapArray& scratch) {
-  scratch.clear();
+// Where the module's eh_frame data lies (module addresses); false when it has no .eh_frame_hdr.
+bool module_source(const dl_phdr_info* info, uintptr_t text_base, cfi::EhFrameSource* src) {
   const ElfW(Phdr)* hdr = nullptr;
   for (int i = 0; i < info->dlpi_phnum; ++i)
     if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) hdr = &info->dlpi_phdr[i];
-  if (hdr) {
-    cfi::EhFrameSource src;
-    src.eh_frame_hdr = info->dlpi_addr + hdr->p_vaddr;
-    src.bias = info->dlpi_addr;
-    src.text_base = text_base;
-    for (int i = 0; i < info->dlpi_phnum; ++i) {
-      const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-      if (ph.p_type == PT_LOAD && hdr->p_vaddr >= ph.p_vaddr && hdr->p_vaddr < ph.p_vaddr + ph.p_filesz) {
-        src.lo = info->dlpi_addr + ph.p_vaddr;
-        src.hi = src.lo + ph.p_filesz;
-      }
+  if (!hdr) return false;
+  src->eh_frame_hdr = info->dlpi_addr + hdr->p_vaddr;
+  src->bias = info->dlpi_addr;
+  src->text_base = text_base;
+  src->cancel = &g_cancel;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && hdr->p_vaddr >= ph.p_vaddr && hdr->p_vaddr < ph.p_vaddr + ph.p_filesz) {
+      src->lo = info->dlpi_addr + ph.p_vaddr;
+      src->hi = src->lo + ph.p_filesz;
     }
-    if (!cfi::parse_eh_frame(src, scratch, nullptr)) scratch.clear();
   }
+  return true;
+}
+
+// Parses src (null: a module without eh_frame data, which gets an empty table) into a new Table.
+Table* build_table(const cfi::EhFrameSource* src, const char* path, size_t path_len, uintptr_t bias,
+                   cfi::MmapArray& scratch) {
+  scratch.clear();
+  if (auto hook = g_parse_hook.load(std::memory_order_relaxed)) hook(path, !src || src->delta == 0);
+  if (src && !cfi::parse_eh_frame(*src, scratch, nullptr)) scratch.clear();
+  if (g_cancel.load(std::memory_order_relaxed)) return nullptr;
   size_t nrows = scratch.size();
   uint32_t shift = 4, nbuckets = 0;
   if (nrows) {
@@ -403,7 +420,7 @@ Table* build_table(const dl_phdr_info* info, const char* path, size_t path_len, 
   char* p = reinterpret_cast<char*>(index + nbuckets);
   memcpy(p, path, path_len);
   t->map_size = size;
-  t->bias = info->dlpi_addr;
+  t->bias = bias;
   t->rows = rows;
   t->nrows = uint32_t(nrows);
   t->path = p;
@@ -415,8 +432,35 @@ Table* build_table(const dl_phdr_info* info, const char* path, size_t path_len, 
   return t;
 }
 
+// Copies the bytes of src that the parse reads, and the path, into one private mapping, and points
+// pending->src at the copy. False when the extent is unknown (no search table) or out of memory.
+bool copy_source(const cfi::EhFrameSource& src, const char* path, size_t path_len, Pending* pending) {
+  uintptr_t lo, hi;
+  if (!cfi::eh_frame_extent(src, &lo, &hi) || hi <= lo) return false;
+  size_t size = (hi - lo) + path_len + 1;
+  auto* copy = static_cast<char*>(map_zeroed(size));
+  if (!copy) return false;
+  memcpy(copy, reinterpret_cast<const void*>(lo), hi - lo);
+  memcpy(copy + (hi - lo), path, path_len);
+  pending->copy = copy;
+  pending->copy_size = size;
+  pending->src = src;
+  pending->src.lo = lo;
+  pending->src.hi = hi;
+  pending->src.delta = reinterpret_cast<intptr_t>(copy) - static_cast<intptr_t>(lo);
+  pending->path = copy + (hi - lo);
+  pending->path_len = path_len;
+  return true;
+}
+
+// Runs inside dl_iterate_phdr's callback, which holds the loader lock: the module cannot be
+// unmapped meanwhile, and a thread calling dlopen/dlclose (an `import` of an extension module)
+// waits. So new modules are only copied here (a memcpy of their .eh_frame_hdr and .eh_frame, a
+// few ms for libtorch) and parsed after the lock is released (0.2-0.4 s for torch's libraries,
+// which an import used to wait for); only a module without a search table is parsed in place.
 int on_module(dl_phdr_info* info, size_t, void* data) {
   auto* ctx = static_cast<IterContext*>(data);
+  if (g_cancel.load(std::memory_order_relaxed)) return 1;
   Pending pending{};
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
@@ -429,17 +473,25 @@ int on_module(dl_phdr_info* info, size_t, void* data) {
   if (pending.nranges == 0) return 0;  // only code matters
   const char* path = info->dlpi_name ? info->dlpi_name : "";
   size_t path_len = strlen(path);
+  pending.bias = info->dlpi_addr;
   Table* t = find_reusable(ctx->old, path, path_len, info->dlpi_addr);
   if (t) {
     ++g_stats.tables_reused;
   } else {
-    t = build_table(info, path, path_len, pending.start[0], *ctx->scratch);
-    if (!t) return 0;  // out of memory: the module's pcs find no rows
+    cfi::EhFrameSource src;
+    bool has_src = module_source(info, pending.start[0], &src);
+    if (!has_src || !copy_source(src, path, path_len, &pending)) {
+      t = build_table(has_src ? &src : nullptr, path, path_len, info->dlpi_addr, *ctx->scratch);
+      if (!t) return 0;  // out of memory or cancelled: the module's pcs find no rows
+      pending.built_now = true;
+    }
   }
-  if (t->nrows) ctx->any_rows = true;
   pending.table = t;
   void* slot = ctx->pendings->push();
-  if (!slot) return 1;
+  if (!slot) {
+    if (pending.copy) munmap(pending.copy, pending.copy_size);
+    return 1;
+  }
   memcpy(slot, &pending, sizeof pending);
   return 0;
 }
@@ -483,11 +535,33 @@ bool cfi_refresh_modules() {
   const Snapshot* old = g_snapshot.load(std::memory_order_relaxed);  // only we store it
   cfi::MmapArray pendings(sizeof(Pending));
   cfi::MmapArray scratch(sizeof(Row));
-  IterContext ctx{old, &pendings, &scratch, false};
+  IterContext ctx{old, &pendings, &scratch};
   dl_iterate_phdr(on_module, &ctx);
 
-  uint32_t nranges = 0, ntables = uint32_t(pendings.size());
-  for (size_t i = 0; i < pendings.size(); ++i) nranges += static_cast<Pending*>(pendings.at(i))->nranges;
+  // The loader lock is released: parse the copies.
+  bool any_rows = false;
+  uint32_t nranges = 0, ntables = 0;
+  for (size_t i = 0; i < pendings.size(); ++i) {
+    auto* p = static_cast<Pending*>(pendings.at(i));
+    if (p->copy) {
+      p->table = build_table(&p->src, p->path, p->path_len, p->bias, scratch);
+      p->built_now = true;
+      munmap(p->copy, p->copy_size);
+      p->copy = nullptr;
+    }
+    if (!p->table) continue;  // out of memory or cancelled: the module's pcs find no rows
+    if (p->table->nrows) any_rows = true;
+    nranges += p->nranges;
+    ++ntables;
+  }
+  if (g_cancel.load(std::memory_order_relaxed)) {  // keep the published snapshot as it is
+    for (size_t i = 0; i < pendings.size(); ++i) {
+      auto* p = static_cast<Pending*>(pendings.at(i));
+      if (p->copy) munmap(p->copy, p->copy_size);
+      if (p->built_now && p->table) munmap(p->table, p->table->map_size);
+    }
+    return old != nullptr;
+  }
   size_t size = sizeof(Snapshot) + nranges * sizeof(Range) + ntables * sizeof(Table*);
   auto* mem = static_cast<char*>(map_zeroed(size));
   if (!mem) {  // keep the old snapshot; tables built for it now would leak, unpublished
@@ -497,10 +571,11 @@ bool cfi_refresh_modules() {
   auto* ranges = reinterpret_cast<Range*>(mem + sizeof(Snapshot));
   auto** tables = reinterpret_cast<Table**>(mem + sizeof(Snapshot) + nranges * sizeof(Range));
   ++g_generation;
-  uint32_t k = 0, rows = 0;
+  uint32_t k = 0, rows = 0, nt = 0;
   for (size_t i = 0; i < pendings.size(); ++i) {
     auto* p = static_cast<Pending*>(pendings.at(i));
-    tables[i] = p->table;
+    if (!p->table) continue;
+    tables[nt++] = p->table;
     p->table->generation = g_generation;
     rows += p->table->nrows;
     for (uint32_t j = 0; j < p->nranges; ++j) ranges[k++] = Range{p->start[j], p->end[j], p->table->bias, p->table->rows, p->table->index,
@@ -533,8 +608,10 @@ bool cfi_refresh_modules() {
     ++g_stats.retired;
   }
   unmap_expired(now);
-  return ctx.any_rows;
+  return any_rows;
 }
+
+void cfi_cancel_refresh(bool cancel) { g_cancel.store(cancel, std::memory_order_relaxed); }
 
 namespace cfi {
 
@@ -544,6 +621,8 @@ RegistryStats registry_stats() {
 }
 
 void set_grace_period_ns(uint64_t ns) { g_grace_ns.store(ns, std::memory_order_relaxed); }
+
+void set_parse_hook(void (*hook)(const char*, bool)) { g_parse_hook.store(hook, std::memory_order_relaxed); }
 
 }  // namespace cfi
 }  // namespace mlprof::preload

@@ -78,6 +78,10 @@ UnwindResult unwind_libunwind(const void* ucontext, uint64_t* pcs, int max_frame
 // Not signal-safe. Build/refresh CFI tables for all loaded modules (at start, and after
 // dlopen/dlclose from the writer thread). Returns false if no module could be parsed.
 bool cfi_refresh_modules();
+// Not signal-safe. With true, a refresh in progress (and any later one) stops parsing soon and
+// publishes what it has: at exit nothing more will be unwound, and the exiting thread, which joins
+// the writer, must not wait for a large module's parse. false allows refreshes again.
+void cfi_cancel_refresh(bool cancel);
 // Not signal-safe. dlopen libunwind and warm it up. Returns false (and a static message) on failure.
 bool libunwind_load(const char** error);
 

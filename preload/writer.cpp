@@ -239,6 +239,9 @@ void Writer::finish(wire::EndReason reason, int status) {
   mem::Guard guard;  // on an application thread: the final cycle allocates
   bool was_running = running_.exchange(false, std::memory_order_acq_rel);
   stop_.store(true, std::memory_order_release);
+  // A program that ends soon after it started (or after loading a large library) must not wait
+  // for the writer to finish parsing unwind tables that nothing will use any more.
+  cfi_cancel_refresh(true);
   if (was_running && !pthread_equal(pthread_self(), thread_)) pthread_join(thread_, nullptr);
   gpu::flush(true);  // CUPTI's buffered activity records, before the last drain
   gpu::set_recording(false);
@@ -681,8 +684,9 @@ void Writer::reset_stream_state() {
 bool Writer::restart(int64_t start_realtime_ns, int64_t start_mono_ns) {
   mem::Guard guard;  // on an application thread
   pthread_mutex_lock(&mu_);
-  reset_stream_state();
+  reset_stream_state();  // the new stream's modules are rescanned, and their tables refreshed
   pthread_mutex_unlock(&mu_);
+  cfi_cancel_refresh(false);
   return start(start_realtime_ns, start_mono_ns, period_ns_);
 }
 

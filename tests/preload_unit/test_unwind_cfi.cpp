@@ -2,6 +2,7 @@
 // contexts, plus bad bounds, dlopen/dlclose and concurrent refreshes.
 // The fixtures (tests/fixtures/unwind_*.cpp) are built -O2 -fomit-frame-pointer and -O0.
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -421,6 +422,149 @@ TEST(UnwindCfi, ConcurrentRefreshWithDlcloseDoesNotDisturbUnwinding) {
   EXPECT_GT(res.unwinds, 1000);
   EXPECT_EQ(res.short_stacks, 0);
   EXPECT_GT(st1.freed, st0.freed);
+}
+
+// ---- parsing without the loader lock ----------------------------------------------------------
+
+struct ModuleSource {
+  std::string path;
+  cfi::EhFrameSource src;
+};
+
+int collect_sources(dl_phdr_info* info, size_t, void* data) {
+  auto* out = static_cast<std::vector<ModuleSource>*>(data);
+  const ElfW(Phdr)* hdr = nullptr;
+  uintptr_t text = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) hdr = &info->dlpi_phdr[i];
+    if (info->dlpi_phdr[i].p_type == PT_LOAD && (info->dlpi_phdr[i].p_flags & PF_X) && !text)
+      text = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+  }
+  if (!hdr || !text) return 0;
+  ModuleSource m;
+  m.path = info->dlpi_name ? info->dlpi_name : "";
+  m.src.eh_frame_hdr = info->dlpi_addr + hdr->p_vaddr;
+  m.src.bias = info->dlpi_addr;
+  m.src.text_base = text;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && hdr->p_vaddr >= ph.p_vaddr && hdr->p_vaddr < ph.p_vaddr + ph.p_filesz) {
+      m.src.lo = info->dlpi_addr + ph.p_vaddr;
+      m.src.hi = m.src.lo + ph.p_filesz;
+    }
+  }
+  out->push_back(m);
+  return 0;
+}
+
+// The refresh copies a module's .eh_frame_hdr and .eh_frame (eh_frame_extent) and parses the copy
+// after releasing the loader lock: the copy must give exactly the rows of the module itself.
+TEST(UnwindCfi, ACopyOfTheEhFrameParsesToTheSameRows) {
+  std::vector<ModuleSource> mods;
+  dl_iterate_phdr(collect_sources, &mods);
+  int compared = 0;
+  size_t rows_total = 0;
+  bool saw_libc = false;
+  for (const ModuleSource& m : mods) {
+    cfi::MmapArray in_place(sizeof(cfi::Row)), copied(sizeof(cfi::Row));
+    if (!cfi::parse_eh_frame(m.src, in_place, nullptr)) continue;
+    uintptr_t lo = 0, hi = 0;
+    ASSERT_TRUE(cfi::eh_frame_extent(m.src, &lo, &hi)) << m.path;
+    ASSERT_LE(m.src.lo, lo) << m.path;
+    ASSERT_LT(lo, hi) << m.path;
+    ASSERT_LE(hi, m.src.hi) << m.path;
+    std::vector<uint8_t> copy(reinterpret_cast<const uint8_t*>(lo), reinterpret_cast<const uint8_t*>(hi));
+    cfi::EhFrameSource src = m.src;
+    src.lo = lo;
+    src.hi = hi;
+    src.delta = reinterpret_cast<intptr_t>(copy.data()) - static_cast<intptr_t>(lo);
+    ASSERT_TRUE(cfi::parse_eh_frame(src, copied, nullptr)) << m.path;
+    ASSERT_EQ(copied.size(), in_place.size()) << m.path;
+    for (size_t i = 0; i < in_place.size(); ++i)
+      ASSERT_EQ(memcmp(in_place.at(i), copied.at(i), sizeof(cfi::Row)), 0) << m.path << " row " << i;
+    rows_total += in_place.size();
+    saw_libc |= m.path.find("libc.so") != std::string::npos;
+    ++compared;
+  }
+  printf("[cfi] %d modules, %zu rows: the same from a copy\n", compared, rows_total);
+  EXPECT_GE(compared, 4);
+  EXPECT_TRUE(saw_libc);
+  EXPECT_GT(rows_total, 10000u);
+}
+
+std::atomic<int> g_copies_parsed{0}, g_loader_blocked{0};
+
+// On the refreshing thread, before a table is parsed: another thread walks the loaded modules
+// (dl_iterate_phdr takes the loader's write lock, as dlopen does when it adds a library). If the
+// refresh held that lock now, the walk could not finish.
+void loader_lock_probe(const char*, bool in_place) {
+  if (in_place) return;
+  g_copies_parsed.fetch_add(1);
+  auto* done = new std::atomic<bool>(false);  // leaked if the walker stays blocked
+  std::thread walker([done] {
+    dl_iterate_phdr([](dl_phdr_info*, size_t, void*) { return 0; }, nullptr);
+    done->store(true);
+  });
+  uint64_t deadline = now_ns() + 5'000'000'000ull;
+  while (!done->load() && now_ns() < deadline) usleep(200);
+  if (done->load()) {
+    walker.join();
+    delete done;
+  } else {
+    g_loader_blocked.fetch_add(1);
+    walker.detach();
+  }
+}
+
+TEST(UnwindCfi, NewModulesAreParsedWithoutHoldingTheLoaderLock) {
+  ASSERT_TRUE(cfi_refresh_modules());
+  void* h = dlopen(dso_path(), RTLD_NOW | RTLD_LOCAL);  // a module the next refresh must parse
+  ASSERT_NE(h, nullptr) << dlerror();
+  g_copies_parsed = g_loader_blocked = 0;
+  cfi::set_parse_hook(loader_lock_probe);
+  EXPECT_TRUE(cfi_refresh_modules());
+  cfi::set_parse_hook(nullptr);
+  EXPECT_GE(g_copies_parsed.load(), 1);
+  EXPECT_EQ(g_loader_blocked.load(), 0) << "a thread needing the loader lock waited for a table's parse";
+  auto call = reinterpret_cast<DsoCall>(dlsym(h, "ufx_dso_call"));
+  ASSERT_NE(call, nullptr);
+  DsoProbe p;
+  p.bounds = current_thread_bounds();
+  call(dso_callback, &p, 6);
+  EXPECT_TRUE(stacks_match(p.cfi, p.n_cfi, p.lu, p.n_lu, p.flags)) << "cfi " << p.n_cfi << ", libunwind " << p.n_lu;
+  EXPECT_EQ(count_in(p.cfi, p.n_cfi, reinterpret_cast<void*>(call)), 7);
+  dlclose(h);
+  EXPECT_TRUE(cfi_refresh_modules());
+}
+
+// At exit the writer's refresh is cancelled: it keeps the published tables (a library loaded
+// since stays unknown) and a refresh after the cancel is lifted builds what was missing.
+TEST(UnwindCfi, ACancelledRefreshKeepsThePublishedTables) {
+  ASSERT_TRUE(cfi_refresh_modules());
+  cfi::RegistryStats st0 = cfi::registry_stats();
+  void* h = dlopen(dso_path(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto call = reinterpret_cast<DsoCall>(dlsym(h, "ufx_dso_call"));
+  ASSERT_NE(call, nullptr);
+  cfi_cancel_refresh(true);
+  EXPECT_TRUE(cfi_refresh_modules());  // the old snapshot stays published
+  cfi_cancel_refresh(false);
+  cfi::RegistryStats st1 = cfi::registry_stats();
+  EXPECT_EQ(st1.modules, st0.modules);
+  EXPECT_EQ(st1.rows, st0.rows);
+  DsoProbe before, after;
+  before.bounds = after.bounds = current_thread_bounds();
+  call(dso_callback, &before, 6);
+  EXPECT_LE(count_in(before.cfi, before.n_cfi, reinterpret_cast<void*>(call)), 1) << "the cancelled refresh published the library";
+  EXPECT_TRUE(before.flags & wire::kStackUnwindStop);
+
+  ASSERT_TRUE(cfi_refresh_modules());
+  EXPECT_EQ(cfi::registry_stats().modules, st0.modules + 1);
+  call(dso_callback, &after, 6);
+  EXPECT_TRUE(stacks_match(after.cfi, after.n_cfi, after.lu, after.n_lu, after.flags));
+  EXPECT_EQ(count_in(after.cfi, after.n_cfi, reinterpret_cast<void*>(call)), 7);
+  dlclose(h);
+  EXPECT_TRUE(cfi_refresh_modules());
 }
 
 }  // namespace
