@@ -93,18 +93,6 @@ bool Transport::send(const uint8_t* data, size_t n) {
   return true;
 }
 
-int Transport::wait_command(int timeout_ms) {
-  if (fd_ < 0 || !socket_) {
-    struct timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-    return -1;
-  }
-  struct pollfd p = {fd_, POLLIN, 0};
-  int rc = poll(&p, 1, timeout_ms);
-  if (rc <= 0) return -1;
-  return poll_command();
-}
-
 int Transport::poll_command() {
   if (fd_ < 0 || !socket_) return -1;
   uint8_t b;

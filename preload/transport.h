@@ -16,8 +16,6 @@ class Transport {
   bool open_file(const char* dir, int pid, int64_t mono_ns);
   // Sends all n bytes or none are counted as sent; after a failure the transport is dead.
   bool send(const uint8_t* data, size_t n);
-  // Waits up to timeout_ms for a command byte from the collector. Returns the byte, or -1.
-  int wait_command(int timeout_ms);
   // A command byte from the collector if one is waiting, else -1; never blocks.
   int poll_command();
   void close();

@@ -97,10 +97,10 @@ void wake_writer() {
   errno = saved;
 }
 
-// Until the next cycle is due: timeout_ms, a command from the collector, or (Python processes)
-// wake_writer(). Returns the command byte, or -1.
+// Until the next cycle is due: timeout_ms, or wake_writer() (a new Python code object, or
+// finish(): an exiting program must not wait out the cycle, up to 40 ms, before its writer ends).
+// Returns the collector's command byte, or -1.
 int Writer::wait(int timeout_ms) {
-  if (!g_sampler.python.load(std::memory_order_relaxed)) return transport_.wait_command(timeout_ms);
   // A futex cannot wait for the socket too: commands are looked at before and after, and the
   // wait is at most one idle cycle (a flush from the collector is answered within kIdleCycleMs).
   int cmd = transport_.poll_command();
@@ -242,6 +242,7 @@ void Writer::finish(wire::EndReason reason, int status) {
   // A program that ends soon after it started (or after loading a large library) must not wait
   // for the writer to finish parsing unwind tables that nothing will use any more.
   cfi_cancel_refresh(true);
+  wake_writer();
   if (was_running && !pthread_equal(pthread_self(), thread_)) pthread_join(thread_, nullptr);
   gpu::flush(true);  // CUPTI's buffered activity records, before the last drain
   gpu::set_recording(false);
