@@ -189,21 +189,26 @@ def table(wl, cfgs, results, notes, stats):
         note = cfg[4] or notes.get(name)
         rs = results.get(name, [])
         if note or not rs:
-            rows.append("| %s | %s | %s |%s" % (wl, name, note or "no runs", " |" * 9))
+            rows.append("| %s | %s | %s |%s" % (wl, name, note or "no runs", " |" * 10))
             continue
         n = min(len(rs), len(unp))
         med = lambda k: statistics.median(r[k] for r in rs) if all(k in r for r in rs) else None
         wr = fmt_ratio([rs[i]["wall"] / unp[i]["wall"] for i in range(n)])
         pr = fmt_ratio([rs[i]["prog_wall"] / unp[i]["prog_wall"] for i in range(n) if "prog_wall" in rs[i]])
+        # The fastest runs' ratio: noise on a shared machine only adds time, so the fastest run of
+        # each configuration is the nearest to its undisturbed cost.
+        fast = [r["prog_wall"] for r in rs if "prog_wall" in r]
+        fast0 = [r["prog_wall"] for r in unp if "prog_wall" in r]
+        fr = "%.3f×" % (min(fast) / min(fast0)) if fast and fast0 else "–"
         sps = [r["samples"] / r["child_cpu"] for r in rs if "samples" in r and r.get("child_cpu")]
         coll = [100 * r["collector_cpu"] / r["duration"] for r in rs if "collector_cpu" in r]
         proc = [100 * r["proc_cpu"] / r["wall"] for r in rs if "proc_cpu" in r] if kind in ("mlprof", "perf") else []
         f = lambda v, spec: spec % v if v is not None else "–"
         mf = lambda xs, spec: spec % statistics.median(xs) if xs else "–"
         timers = sorted({r["timer"] for r in rs if "timer" in r})
-        stats[name] = (wr[0], pr[0], mf(coll, "%.2f%%"))
-        rows.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            wl, name, f(med("wall"), "%.3f"), wr[0], wr[1], f(med("prog_wall"), "%.3f"), pr[0], pr[1],
+        stats[name] = (wr[0], pr[0], mf(coll, "%.2f%%"), fr)
+        rows.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            wl, name, f(med("wall"), "%.3f"), wr[0], wr[1], f(med("prog_wall"), "%.3f"), pr[0], pr[1], fr,
             mf(sps, "%.0f") + (" (%s)" % ", ".join(timers) if timers else ""), mf(coll, "%.2f%%"),
             mf(proc, "%.2f%%"), f(med("postprocess_ms"), "%.0f")))
     return rows
@@ -272,8 +277,8 @@ def main():
            "Runs: %d timed rounds per workload after 1 warm-up round; configurations round-robin, rotating "
            "start.%s" % (runs, " " + wnote if wnote else ""), "",
            "| workload | configuration | command wall s (median) | command wall ratio | min–max | program wall s "
-           "| program wall ratio | min–max | samples/CPU-s | collector CPU (of run) | profiler proc CPU (of wall) "
-           "| post-proc ms |", "|" + "---|" * 12]
+           "| program wall ratio | min–max | fastest-run ratio | samples/CPU-s | collector CPU (of run) "
+           "| profiler proc CPU (of wall) | post-proc ms |", "|" + "---|" * 13]
     verdicts = []
     try:
         for wl in wls:
@@ -300,12 +305,18 @@ def main():
                 print("cpu_overhead: %s round %d/%d done" % (wl, rnd, runs), file=sys.stderr, flush=True)
             stats = {}
             out += table(" ".join([wl] + cmd[1:]), cfgs, results, notes, stats)
-            for cfg, target in (("mlprof 100 Hz", 1.01), ("mlprof 1000 Hz", 1.03)):
+            # Issue targets: native workloads <= 1.01x at 100 Hz and <= 1.03x at 1000 Hz; Python
+            # workloads <= 1.02x at 100 Hz in CPU and wall mode (the Python issue).
+            py = wl.startswith("py_")
+            targets = ([(c[0], 1.02) for c in cfgs if c[1] == "mlprof" and "100 Hz" in c[0]] if py else
+                       [("mlprof 100 Hz", 1.01), ("mlprof 1000 Hz", 1.03)])
+            for cfg, target in targets:
                 if cfg in stats:
-                    w, pw, c = stats[cfg]
+                    w, pw, c, fr = stats[cfg]
                     ok = lambda r: "–" if r == "–" else ("meets" if float(r[:-1]) <= target else "MISSES")
-                    verdicts.append("- %s, %s (target ≤ %.2f×): program wall %s (%s), command wall %s (%s)%s"
-                                    % (wl, cfg, target, pw, ok(pw), w, ok(w),
+                    verdicts.append("- %s, %s (target ≤ %.2f×): program wall %s (%s), fastest runs %s (%s), "
+                                    "command wall %s (%s)%s"
+                                    % (wl, cfg, target, pw, ok(pw), fr, ok(fr), w, ok(w),
                                        ", collector CPU %s of one core (target < 2%%)" % c if target < 1.02 else ""))
     finally:
         if a.keep:
@@ -316,11 +327,13 @@ def main():
     emit_report(out, ("Command wall = the whole command (mlprof-run includes collector start-up and, after the program "
             "exits, symbolization + writing the profile; gperftools includes writing its profile at exit). "
             "Program wall = the workload process alone, fork to exit, timed by a static wrapper inside the "
-            "profiler. Ratios: median and range of per-round ratios against the same round's unprofiled run. "
+            "profiler. Ratios: median and range of per-round ratios against the same round's unprofiled run; "
+            "fastest-run ratio: the configuration's fastest program wall / the unprofiled fastest (noise only "
+            "adds time). "
             "collector CPU = mlprof's RunInfo.collector_cpu_ns / the profile's run duration (% of one core, "
             "post-processing excluded); profiler proc CPU = the profiler process's own rusage / command wall "
             "(post-processing included). Targets: mlprof <= 1.01× at 100 Hz, <= 1.03× at 1000 Hz, collector "
-            "< 2% of one core at 100 Hz."), a.out)
+            "< 2% of one core at 100 Hz; Python workloads <= 1.02× at 100 Hz, CPU and wall mode."), a.out)
 
 
 if __name__ == "__main__":
