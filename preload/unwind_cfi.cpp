@@ -30,8 +30,12 @@
 // snapshot's ranges; then a bucket index narrows the row search to a few rows (see Table).
 // Measured on a 2-vCPU KVM EPYC: ~20 ns/frame with warm caches; a handler interrupting
 // cache-hungry code pays cache/TLB misses (~7 us for 15 frames, libunwind: ~18 us).
-// FORK: a child forked while another thread held g_refresh_mutex must not call
-// cfi_refresh_modules() before re-initialising it (the sampler's atfork handler).
+// LOCKS. g_refresh_serial is held for a whole refresh (one at a time). g_refresh_mutex guards
+// what a fork must not copy half-done: it is held while modules are listed and copied, and while
+// a snapshot is published and old ones retired, but not while the copies are parsed (the long
+// part). FORK: the writer's atfork handlers call cfi_fork_prepare / cfi_fork_done: a fork waits
+// for g_refresh_mutex only (the child re-initialises both; tables a parent's refresh was still
+// parsing are then private memory the child never uses).
 #include <elf.h>
 #include <link.h>
 #include <pthread.h>
@@ -325,6 +329,7 @@ namespace {
 
 constexpr int kMaxRangesPerModule = 8;
 
+pthread_mutex_t g_refresh_serial = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t g_refresh_mutex = PTHREAD_MUTEX_INITIALIZER;
 Table* g_retired_tables = nullptr;
 Snapshot* g_retired_snapshots = nullptr;
@@ -359,7 +364,7 @@ struct IterContext {
   cfi::MmapArray* scratch;   // of Row
 };
 
-std::atomic<bool> g_cancel{false};
+std::atomic<bool> g_cancel{false};  // cfi_cancel_refresh: parsing stops (exit, exec)
 std::atomic<void (*)(const char*, bool)> g_parse_hook{nullptr};
 
 Table* find_reusable(const Snapshot* old, const char* path, size_t path_len, uintptr_t bias) {
@@ -428,7 +433,6 @@ Table* build_table(const cfi::EhFrameSource* src, const char* path, size_t path_
   t->index = index;
   t->nbuckets = nbuckets;
   t->shift = shift;
-  ++g_stats.tables_built;
   return t;
 }
 
@@ -531,16 +535,19 @@ struct MutexGuard {
 }  // namespace
 
 bool cfi_refresh_modules() {
-  MutexGuard guard(&g_refresh_mutex);
-  const Snapshot* old = g_snapshot.load(std::memory_order_relaxed);  // only we store it
+  MutexGuard serial(&g_refresh_serial);
+  const Snapshot* old = g_snapshot.load(std::memory_order_relaxed);  // only refreshes store it
   cfi::MmapArray pendings(sizeof(Pending));
   cfi::MmapArray scratch(sizeof(Row));
-  IterContext ctx{old, &pendings, &scratch};
-  dl_iterate_phdr(on_module, &ctx);
+  {
+    MutexGuard guard(&g_refresh_mutex);
+    IterContext ctx{old, &pendings, &scratch};
+    dl_iterate_phdr(on_module, &ctx);
+  }
 
-  // The loader lock is released: parse the copies.
+  // Neither the loader lock nor g_refresh_mutex is held: parse the copies.
   bool any_rows = false;
-  uint32_t nranges = 0, ntables = 0;
+  uint32_t nranges = 0, ntables = 0, built = 0;
   for (size_t i = 0; i < pendings.size(); ++i) {
     auto* p = static_cast<Pending*>(pendings.at(i));
     if (p->copy) {
@@ -551,9 +558,12 @@ bool cfi_refresh_modules() {
     }
     if (!p->table) continue;  // out of memory or cancelled: the module's pcs find no rows
     if (p->table->nrows) any_rows = true;
+    if (p->built_now) ++built;
     nranges += p->nranges;
     ++ntables;
   }
+  MutexGuard guard(&g_refresh_mutex);
+  g_stats.tables_built += built;
   if (g_cancel.load(std::memory_order_relaxed)) {  // keep the published snapshot as it is
     for (size_t i = 0; i < pendings.size(); ++i) {
       auto* p = static_cast<Pending*>(pendings.at(i));
@@ -612,6 +622,17 @@ bool cfi_refresh_modules() {
 }
 
 void cfi_cancel_refresh(bool cancel) { g_cancel.store(cancel, std::memory_order_relaxed); }
+
+void cfi_fork_prepare() { pthread_mutex_lock(&g_refresh_mutex); }
+
+void cfi_fork_done(bool child) {
+  if (child) {  // the forking thread is the only one: a refresh the writer had begun is gone
+    pthread_mutex_init(&g_refresh_serial, nullptr);
+    pthread_mutex_init(&g_refresh_mutex, nullptr);
+  } else {
+    pthread_mutex_unlock(&g_refresh_mutex);
+  }
+}
 
 namespace cfi {
 

@@ -82,6 +82,10 @@ bool cfi_refresh_modules();
 // publishes what it has: at exit nothing more will be unwound, and the exiting thread, which joins
 // the writer, must not wait for a large module's parse. false allows refreshes again.
 void cfi_cancel_refresh(bool cancel);
+// atfork: prepare waits for a refresh's short locked phases (listing and copying modules,
+// publishing), never for a parse; done releases (parent) or re-initialises (child) its locks.
+void cfi_fork_prepare();
+void cfi_fork_done(bool child);
 // Not signal-safe. dlopen libunwind and warm it up. Returns false (and a static message) on failure.
 bool libunwind_load(const char** error);
 

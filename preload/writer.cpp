@@ -168,6 +168,7 @@ void Writer::loop() {
     flush_out();
   }
   pthread_mutex_unlock(&mu_);
+  refresh_tables();  // the first tables
   while (!stop_.load(std::memory_order_acquire)) {
     // GPU: CUPTI is attached here, with no lock of the writer held (its start-up loads libcupti and
     // talks to the driver). Between loading libcupti and subscribing, the modules are rescanned,
@@ -182,6 +183,7 @@ void Writer::loop() {
           flush_out();
         }
         pthread_mutex_unlock(&mu_);
+        refresh_tables();
         gpu::finish_attach();
       }
     }
@@ -218,6 +220,7 @@ void Writer::loop() {
       end_stream(wire::EndReason::kDetached, -1);
     }
     pthread_mutex_unlock(&mu_);
+    refresh_tables();
   }
 }
 
@@ -317,8 +320,7 @@ void Writer::send_modules(bool force) {
     const gpu::Phase gp = gpu::g_gpu.phase.load(std::memory_order_acquire);
     if (cfg_.unwinder == UnwinderKind::kCfi || wall_mode() || mem::enabled() || gp == gpu::Phase::kAttaching ||
         gp == gpu::Phase::kOn) {
-      if (force || !cfi_ready()) cfi_refresh_modules();  // the first tables: nothing to wait for
-      else cfi_refresh_due_ = true;                         // at the end of this cycle
+      cfi_refresh_due_ = true;  // refresh_tables(), once mu_ is released
     }
   }
   // Another library may now occupy the addresses of an unloaded one: the same pcs would then mean
@@ -564,10 +566,18 @@ void Writer::cycle(bool final) {
   pending_messages_.clear();
   pthread_mutex_unlock(&msg_mu_);
   flush_out();
-  if (cfi_refresh_due_) {
-    cfi_refresh_due_ = false;
-    if (!final) cfi_refresh_modules();  // the last cycle: nothing will be unwound any more
-  }
+}
+
+// Writer thread, mu_ not held: parsing a large library's tables takes up to tenths of a second,
+// and an application thread must not wait for it in fork() (fork_prepare takes mu_), in dlclose
+// (sync_cycle) or at exit (finish). The tables are refreshed after the cycle that found the
+// modules changed; until then new modules' frames end their stacks (flagged), as before.
+void Writer::refresh_tables() {
+  pthread_mutex_lock(&mu_);
+  const bool due = cfi_refresh_due_ && !ended_;
+  cfi_refresh_due_ = false;
+  pthread_mutex_unlock(&mu_);
+  if (due) cfi_refresh_modules();
 }
 
 // CPU mode: kCycleMs while a ring was at least kBusyFill full, in the first second and a second
@@ -654,7 +664,10 @@ void Writer::flush_out() {
   out.clear();
 }
 
-void Writer::fork_prepare() { pthread_mutex_lock(&mu_); }
+void Writer::fork_prepare() {
+  cfi_fork_prepare();
+  pthread_mutex_lock(&mu_);
+}
 
 void Writer::sync_cycle() {
   mem::Guard guard;  // on an application thread
@@ -691,12 +704,16 @@ bool Writer::restart(int64_t start_realtime_ns, int64_t start_mono_ns) {
   return start(start_realtime_ns, start_mono_ns, period_ns_);
 }
 
-void Writer::fork_parent() { pthread_mutex_unlock(&mu_); }
+void Writer::fork_parent() {
+  pthread_mutex_unlock(&mu_);
+  cfi_fork_done(false);
+}
 
 void Writer::fork_child(int64_t start_realtime_ns, int64_t start_mono_ns) {
   // Only this thread exists in the child; the lock is ours (taken in fork_prepare). The message
   // lock may have been held by a thread that does not exist here: start it afresh.
   pthread_mutex_unlock(&mu_);
+  cfi_fork_done(true);
   pthread_mutex_init(&msg_mu_, nullptr);
   running_.store(false);
   transport_.abandon();

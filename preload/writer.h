@@ -54,6 +54,7 @@ class Writer : private WallSink {
   static void* thread_main(void* self);
   void loop();
   void cycle(bool final);          // one drain of everything; caller holds mu_
+  void refresh_tables();           // the CFI tables, when a cycle found the modules changed; mu_ not held
   void send_process_start();
   void send_modules(bool force);
   void send_counters();
@@ -103,9 +104,10 @@ class Writer : private WallSink {
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> modules_dirty_{true};
-  // Modules came or went: the CFI tables are rebuilt at the END of the cycle, after the rings
-  // were drained (building them for a large new library takes tens of ms, during which the code
-  // objects that pending Python samples point at, e.g. an imported module's <module> code, die).
+  // Modules came or went: the CFI tables are rebuilt AFTER the cycle (refresh_tables, mu_
+  // released), once the rings were drained (building them for a large new library takes tens of
+  // ms, during which the code objects that pending Python samples point at, e.g. an imported
+  // module's <module> code, die).
   bool cfi_refresh_due_ = false;
   bool ended_ = false;
   int64_t start_realtime_ns_ = 0, start_mono_ns_ = 0, period_ns_ = 0;

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <time.h>
 #include <ucontext.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -563,6 +564,50 @@ TEST(UnwindCfi, ACancelledRefreshKeepsThePublishedTables) {
   call(dso_callback, &after, 6);
   EXPECT_TRUE(stacks_match(after.cfi, after.n_cfi, after.lu, after.n_lu, after.flags));
   EXPECT_EQ(count_in(after.cfi, after.n_cfi, reinterpret_cast<void*>(call)), 7);
+  dlclose(h);
+  EXPECT_TRUE(cfi_refresh_modules());
+}
+
+// A fork while the writer parses a new module's table: the fork waits only for the refresh's short
+// locked phases (cfi_fork_prepare), and the child, which inherits no refresh, can refresh itself.
+std::atomic<bool> g_parse_started{false}, g_forked{false};
+
+void hold_parse_until_forked(const char*, bool in_place) {
+  if (in_place) return;
+  g_parse_started = true;
+  uint64_t deadline = now_ns() + 5'000'000'000ull;
+  while (!g_forked.load() && now_ns() < deadline) usleep(200);
+}
+
+TEST(UnwindCfi, AForkDuringAParseWaitsNeitherForItNorInheritsItsLocks) {
+  ASSERT_TRUE(cfi_refresh_modules());
+  void* h = dlopen(dso_path(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  g_parse_started = g_forked = false;
+  cfi::set_parse_hook(hold_parse_until_forked);
+  std::thread refresher([] { cfi_refresh_modules(); });
+  uint64_t deadline = now_ns() + 5'000'000'000ull;
+  while (!g_parse_started.load() && now_ns() < deadline) usleep(200);
+  ASSERT_TRUE(g_parse_started.load());
+  uint64_t t0 = now_ns();
+  cfi_fork_prepare();
+  const double prepare_ms = double(now_ns() - t0) / 1e6;
+  pid_t pid = fork();
+  if (pid == 0) {
+    cfi_fork_done(true);
+    cfi::set_parse_hook(nullptr);
+    _exit(cfi_refresh_modules() ? 0 : 1);
+  }
+  cfi_fork_done(false);
+  g_forked = true;
+  refresher.join();
+  cfi::set_parse_hook(nullptr);
+  ASSERT_GT(pid, 0);
+  int status = -1;
+  for (int i = 0; i < 1000 && waitpid(pid, &status, WNOHANG) == 0; ++i) usleep(10'000);
+  if (status == -1) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+  EXPECT_LT(prepare_ms, 2000) << "the fork waited for the parse";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's refresh hung or failed";
   dlclose(h);
   EXPECT_TRUE(cfi_refresh_modules());
 }
