@@ -5,6 +5,8 @@
 #   pypass   python3 -c pass: the interpreter process's wall seconds, fork to exit
 #   imports  python3 importing numpy and scikit-learn (and torch when installed): the importing
 #            thread's wall seconds and, after "/", its own CPU seconds (wall - CPU = time it waited)
+#   forks    python3 loading the largest library found (libLLVM, libtorch_cpu; skipped if none),
+#            then forking (the child exits at once) for 1 s: the slowest fork() call, in seconds
 # Configurations: unprofiled, cpu (--no-memory), memory (the defaults), and each with "@b" for the
 # build in $MLPROF_BUILD_DIR_B (an A/B of two builds in the same rounds). Prints every run and the
 # median per configuration. Usage:
@@ -25,10 +27,24 @@ t0, c0 = time.perf_counter(), time.thread_time()
 import $mods
 print("%.3f/%.3f" % (time.perf_counter() - t0, time.thread_time() - c0))
 EOF
+biglib=$(ls -S /usr/lib/x86_64-linux-gnu/libLLVM-*.so.* /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.* 2>/dev/null | head -1 || true)
+cat >"$tmp/forks.py" <<EOF
+import ctypes, os, time
+ctypes.CDLL("$biglib")
+worst, t_end = 0.0, time.perf_counter() + 1.0
+while time.perf_counter() < t_end:
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    worst = max(worst, time.perf_counter() - t0)
+    os.waitpid(pid, 0)
+print("%.4f" % worst)
+EOF
 cat >"$tmp/true100.sh" <<'EOF'
 for i in $(seq 100); do /bin/true; done
 EOF
-echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), imports: $mods"
+echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), imports: $mods, forks after loading: ${biglib:-none found, skipped}"
 run() {  # $1 = configuration, $2 = workload; prints the workload's figure
   local b=$bin pre=()
   case $1 in *@b) b=${MLPROF_BUILD_DIR_B:?"$1 needs MLPROF_BUILD_DIR_B"}/bin ;; esac
@@ -47,10 +63,11 @@ run() {  # $1 = configuration, $2 = workload; prints the workload's figure
       "${pre[@]}" bash -c 't0=$EPOCHREALTIME; "$0" -c pass; t1=$EPOCHREALTIME; echo "$t0 $t1"' "$py" |
         python3 -c "import sys; a, b = map(float, sys.stdin.read().split()); print('%.4f' % (b - a))" ;;
     imports) "${pre[@]}" "$py" "$tmp/imports.py" ;;
+    forks) "${pre[@]}" "$py" "$tmp/forks.py" ;;
   esac
 }
 for ((i = 0; i < rounds; i++)); do
-  for w in true100 pypass imports; do
+  for w in true100 pypass imports ${biglib:+forks}; do
     n=${#configs[@]}
     for ((k = 0; k < n; k++)); do
       c=${configs[$(((i + k) % n))]}
@@ -67,5 +84,6 @@ for line in open(sys.argv[1]):
 for (w, c), vs in sorted(by.items()):
     med = [statistics.median(v[k] for v in vs) for k in range(len(vs[0]))]
     extra = " (own CPU %.3f s: waited %.3f s)" % (med[1], med[0] - med[1]) if len(med) > 1 else ""
-    print("%-8s %-14s median %.4f s over %d runs%s" % (w, c, med[0], len(vs), extra))
+    worst = ", worst of the runs %.4f s" % max(v[0] for v in vs) if w == "forks" else ""
+    print("%-8s %-14s median %.4f s over %d runs%s%s" % (w, c, med[0], len(vs), extra, worst))
 PY
