@@ -5,17 +5,18 @@
 #   pypass   python3 -c pass: the interpreter process's wall seconds, fork to exit
 #   imports  python3 importing numpy and scikit-learn (and torch when installed): the importing
 #            thread's wall seconds and, after "/", its own CPU seconds (wall - CPU = time it waited)
-#   forks    python3 loading the largest library found (libLLVM, libtorch_cpu; skipped if none),
+#   forks    python3 loading a large library (libLLVM, else libtorch_cpu; skipped if neither),
 #            then forking (the child exits at once) for 1 s: the slowest fork() call, in seconds
 # Configurations: unprofiled, cpu (--no-memory), memory (the defaults), and each with "@b" for the
 # build in $MLPROF_BUILD_DIR_B (an A/B of two builds in the same rounds). Prints every run and the
 # median per configuration. Usage:
-#   bench/startup.sh [ROUNDS=5] [CONFIGS=unprofiled,cpu,memory]
+#   bench/startup.sh [ROUNDS=5] [CONFIGS=unprofiled,cpu,memory] [WORKLOADS=true100,pypass,imports,forks]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MLPROF_BUILD_DIR:-$root/build}/bin
 rounds=${1:-5}
 IFS=, read -r -a configs <<<"${2:-unprofiled,cpu,memory}"
+IFS=, read -r -a workloads <<<"${3:-true100,pypass,imports,forks}"
 py=${MLPROF_BENCH_PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -27,7 +28,9 @@ t0, c0 = time.perf_counter(), time.thread_time()
 import $mods
 print("%.3f/%.3f" % (time.perf_counter() - t0, time.thread_time() - c0))
 EOF
-biglib=$(ls -S /usr/lib/x86_64-linux-gnu/libLLVM-*.so.* /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.* 2>/dev/null | head -1 || true)
+# LLVM first: its load is quick (libtorch_cpu's static constructors run for long enough that the
+# tables are often parsed before its dlopen returns).
+biglib=$( (ls -S /usr/lib/x86_64-linux-gnu/libLLVM-*.so.*; ls -S /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.*) 2>/dev/null | head -1 || true)
 cat >"$tmp/forks.py" <<EOF
 import ctypes, os, time
 ctypes.CDLL("$biglib")
@@ -67,7 +70,8 @@ run() {  # $1 = configuration, $2 = workload; prints the workload's figure
   esac
 }
 for ((i = 0; i < rounds; i++)); do
-  for w in true100 pypass imports ${biglib:+forks}; do
+  for w in "${workloads[@]}"; do
+    [ "$w" = forks ] && [ -z "$biglib" ] && continue
     n=${#configs[@]}
     for ((k = 0; k < n; k++)); do
       c=${configs[$(((i + k) % n))]}
