@@ -124,13 +124,16 @@ def table(wl, names, cfgs, results, notes):
         note = cfgs[name][2] or notes.get(name)
         rs = results.get(name, [])
         if note or not rs:
-            rows.append("| %s | %s | %s |%s" % (wl, name, note or "no runs", " |" * 9))
+            rows.append("| %s | %s | %s |%s" % (wl, name, note or "no runs", " |" * 10))
             continue
         n = min(len(rs), len(unp))
         med = lambda k: statistics.median(r[k] for r in rs) if rs and all(k in r for r in rs) else None
         f = lambda v, spec: spec % v if v is not None else "–"
         wr = ratio([rs[i]["wall"] / unp[i]["wall"] for i in range(n)])
         pr = ratio([rs[i]["prog_wall"] / unp[i]["prog_wall"] for i in range(n) if "prog_wall" in rs[i]])
+        fast = [r["prog_wall"] for r in rs if "prog_wall" in r]
+        fast0 = [r["prog_wall"] for r in unp if "prog_wall" in r]
+        fr = "%.2f×" % (min(fast) / min(fast0)) if fast and fast0 else "–"  # noise only adds time
         allocs = [r["mem_samples"] / r["life"] for r in rs if r.get("life")]
         frees = [r["mem_frees"] / r["life"] for r in rs if r.get("life")]
         coll = [100 * r["collector_cpu"] / r["duration"] for r in rs if r.get("duration")]
@@ -143,9 +146,9 @@ def table(wl, names, cfgs, results, notes):
                     "%.0f" % tree if tree > floor * 1.05 else "<= %.0f" % floor)
         mf = lambda xs, spec: spec % statistics.median(xs) if xs else "–"
         interval = next((r["interval"] for r in rs if r.get("interval")), None)
-        rows.append("| %s | %s | %s | %s (%s) | %s | %s (%s) | %s | %s | %s | %s | %s | %s |" % (
+        rows.append("| %s | %s | %s | %s (%s) | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s |" % (
             wl, name + (" (interval %s B)" % interval if interval else ""), f(med("wall"), "%.2f"), wr[0], wr[1],
-            f(med("prog_wall"), "%.2f"), pr[0], pr[1], mf(allocs, "%.0f"), mf(frees, "%.0f"),
+            f(med("prog_wall"), "%.2f"), pr[0], pr[1], fr, mf(allocs, "%.0f"), mf(frees, "%.0f"),
             str(dropped) if any("mem_dropped" in r for r in rs) else "–", mf(coll, "%.1f%%"),
             f(work, "%.0f"), prof_rss))
     return rows
@@ -185,8 +188,8 @@ def main():
            "Runs: %d timed rounds per workload after 1 warm-up round; configurations round-robin, rotating "
            "start.%s" % (runs, " " + wnote if wnote else ""), "",
            "| workload | configuration | command wall s | command wall ratio (min–max) | program wall s "
-           "| program wall ratio (min–max) | ALLOC records/s | FREE records/s | dropped | collector CPU "
-           "| workload max RSS MiB | profiler max RSS MiB |", "|" + "---|" * 12]
+           "| program wall ratio (min–max) | fastest-run ratio | ALLOC records/s | FREE records/s | dropped "
+           "| collector CPU | workload max RSS MiB | profiler max RSS MiB |", "|" + "---|" * 13]
     try:
         for wl in wls:
             rel, full, quick, names = WORKLOADS[wl]
@@ -218,7 +221,8 @@ def main():
             "symbolization + writing the profile; heaptrack includes interpreting its trace). Program wall = the "
             "workload process alone, fork to exit, timed by a static wrapper (under heaptrack and massif the "
             "wrapper itself runs under the tool). Ratios: median and range of per-round ratios against the same "
-            "round's unprofiled run. ALLOC/FREE records/s: the profile's mem_samples / mem_frees counters over the "
+            "round's unprofiled run; fastest-run ratio: the fastest program wall / the unprofiled fastest (noise only "
+            "adds time). ALLOC/FREE records/s: the profile's mem_samples / mem_frees counters over the "
             "process's lifetime; dropped = mem_dropped + mem_table_full (largest of the runs). Collector CPU = "
             "RunInfo.collector_cpu_ns / run duration (% of one core, post-processing excluded). Profiler max RSS: "
             "the largest process of the command (wait4), shown when it exceeds the workload's own max RSS and the "
