@@ -133,15 +133,24 @@ std::string functions(const Profile& prof, const Style& st, uint32_t m, int64_t 
            {"function"}, {"location", false, "2"}}, {}};
   auto order = detail::functions_by_self(prof, m);
   size_t n = std::min(top, order.size());
+  std::set<std::pair<uint32_t, uint32_t>> python;  // (function, file) of Python frames
+  for (const auto& fr : prof.frames)
+    if (fr.kind == profile::FrameKind::kPython) python.insert({fr.function, fr.file});
+  bool any_python = false;
   for (size_t i = 0; i < n; ++i) {
     const auto& f = prof.functions[order[i]];
+    any_python |= python.count({f.function, f.file}) > 0;
     int64_t self = detail::at(f.self, m), total = detail::at(f.total, m);
     t.rows.push_back({detail::format_value(self, md.unit), detail::format_percent(self, grand),
                       detail::format_value(total, md.unit), detail::format_percent(total, grand),
                       clean(detail::function_label(prof, f), kMaxName),
                       clean(detail::function_location(prof, f))});
   }
-  return out + t.render(st) + more_line(n, order.size(), "functions");
+  out += t.render(st) + more_line(n, order.size(), "functions");
+  if (any_python)  // the same time is a Python function's self and its native callee's self
+    out += "  (a Python function's self: its time as the innermost Python frame, the native code it called\n"
+           "   included, which is also that code's own self; so self% can add up to more than 100%)\n";
+  return out;
 }
 
 std::string lines(const Profile& prof, const Style& st, uint32_t m, int64_t grand, size_t top) {
