@@ -492,21 +492,36 @@ size_t sort_and_compact(Row* rows, size_t n) {
   return out;
 }
 
-bool eh_frame_extent(const EhFrameSource& src, uintptr_t* start, uintptr_t* end) {
-  Reader r{src.eh_frame_hdr, src.hi, src.lo, src.hi, src.delta};
+// The fixed part of .eh_frame_hdr (version 1): the encodings and .eh_frame's address. Leaves r at
+// the FDE count (when there is a table). False when the header is unusable.
+struct EhFrameHdr {
+  uint64_t eh_frame = 0;
+  uint8_t fde_count_enc = DW_EH_PE_omit, table_enc = DW_EH_PE_omit;
+  bool has_table() const { return fde_count_enc != DW_EH_PE_omit && table_enc != DW_EH_PE_omit; }
+};
+
+bool read_hdr(const EhFrameSource& src, Reader& r, EhFrameHdr* h) {
   if (src.eh_frame_hdr < src.lo || src.eh_frame_hdr >= src.hi) return false;
   uint8_t version = r.u8();
   uint8_t eh_frame_ptr_enc = r.u8();
-  uint8_t fde_count_enc = r.u8();
-  uint8_t table_enc = r.u8();
-  if (!r.ok || version != 1 || fde_count_enc == DW_EH_PE_omit || table_enc == DW_EH_PE_omit) return false;
-  uint64_t eh_frame = r.encoded(eh_frame_ptr_enc, src.text_base, src.eh_frame_hdr);
-  uint64_t count = r.encoded(fde_count_enc, src.text_base, src.eh_frame_hdr);
+  h->fde_count_enc = r.u8();
+  h->table_enc = r.u8();
+  if (!r.ok || version != 1) return false;
+  h->eh_frame = r.encoded(eh_frame_ptr_enc, src.text_base, src.eh_frame_hdr);
+  return true;
+}
+
+bool eh_frame_extent(const EhFrameSource& src, uintptr_t* start, uintptr_t* end) {
+  Reader r{src.eh_frame_hdr, src.hi, src.lo, src.hi, src.delta};
+  EhFrameHdr h;
+  if (!read_hdr(src, r, &h) || !h.has_table()) return false;
+  const uint64_t eh_frame = h.eh_frame;
+  uint64_t count = r.encoded(h.fde_count_enc, src.text_base, src.eh_frame_hdr);
   if (!r.ok || eh_frame < src.lo || eh_frame >= src.hi) return false;
   uint64_t last_fde = 0;
   for (uint64_t i = 0; i < count && r.ok; ++i) {
-    r.encoded(table_enc, src.text_base, src.eh_frame_hdr);
-    uint64_t fde = r.encoded(table_enc, src.text_base, src.eh_frame_hdr);
+    r.encoded(h.table_enc, src.text_base, src.eh_frame_hdr);
+    uint64_t fde = r.encoded(h.table_enc, src.text_base, src.eh_frame_hdr);
     if (r.ok && fde < src.hi && fde > last_fde) last_fde = fde;
   }
   if (!r.ok) return false;
@@ -524,23 +539,19 @@ bool eh_frame_extent(const EhFrameSource& src, uintptr_t* start, uintptr_t* end)
 bool parse_eh_frame(const EhFrameSource& src, MmapArray& rows, ParseStats* stats) {
   ParseStats st;
   Reader r{src.eh_frame_hdr, src.hi, src.lo, src.hi, src.delta};
-  if (src.eh_frame_hdr < src.lo || src.eh_frame_hdr >= src.hi) return false;
-  uint8_t version = r.u8();
-  uint8_t eh_frame_ptr_enc = r.u8();
-  uint8_t fde_count_enc = r.u8();
-  uint8_t table_enc = r.u8();
-  if (!r.ok || version != 1) return false;
-  uint64_t eh_frame = r.encoded(eh_frame_ptr_enc, src.text_base, src.eh_frame_hdr);
+  EhFrameHdr h;
+  if (!read_hdr(src, r, &h)) return false;
+  const uint64_t eh_frame = h.eh_frame;
   uintptr_t cie_at = 0;
   Cie cie;
   size_t first = rows.size();
-  if (fde_count_enc != DW_EH_PE_omit && table_enc != DW_EH_PE_omit) {
+  if (h.has_table()) {
     // The binary-search table lists every FDE: (initial location, FDE address) pairs.
-    uint64_t count = r.encoded(fde_count_enc, src.text_base, src.eh_frame_hdr);
+    uint64_t count = r.encoded(h.fde_count_enc, src.text_base, src.eh_frame_hdr);
     for (uint64_t i = 0; i < count && r.ok; ++i) {
       if ((i & 1023) == 0 && src.cancel && src.cancel->load(std::memory_order_relaxed)) return false;
-      r.encoded(table_enc, src.text_base, src.eh_frame_hdr);
-      uint64_t fde = r.encoded(table_enc, src.text_base, src.eh_frame_hdr);
+      r.encoded(h.table_enc, src.text_base, src.eh_frame_hdr);
+      uint64_t fde = r.encoded(h.table_enc, src.text_base, src.eh_frame_hdr);
       if (!r.ok) break;
       if (!parse_fde(fde, src, rows, st, cie_at, cie)) ++st.bad_fdes;
       if (rows.failed()) return false;
