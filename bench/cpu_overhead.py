@@ -177,6 +177,15 @@ def run_once(build, cfg, cmd, wrapper, tmp, env):
     return res
 
 
+def fastest_ratio(rs, unp):
+    """The fastest program wall of runs rs over the fastest unprofiled one (noise on a shared machine
+    only adds time, so the fastest run is the nearest to the undisturbed cost); None without runs.
+    Also used by mem_overhead.py."""
+    fast = [r["prog_wall"] for r in rs if "prog_wall" in r]
+    fast0 = [r["prog_wall"] for r in unp if "prog_wall" in r]
+    return min(fast) / min(fast0) if fast and fast0 else None
+
+
 def fmt_ratio(xs):
     return ("%.3f×" % statistics.median(xs), "%.3f–%.3f" % (min(xs), max(xs))) if xs else ("–", "–")
 
@@ -195,11 +204,8 @@ def table(wl, cfgs, results, notes, stats):
         med = lambda k: statistics.median(r[k] for r in rs) if all(k in r for r in rs) else None
         wr = fmt_ratio([rs[i]["wall"] / unp[i]["wall"] for i in range(n)])
         pr = fmt_ratio([rs[i]["prog_wall"] / unp[i]["prog_wall"] for i in range(n) if "prog_wall" in rs[i]])
-        # The fastest runs' ratio: noise on a shared machine only adds time, so the fastest run of
-        # each configuration is the nearest to its undisturbed cost.
-        fast = [r["prog_wall"] for r in rs if "prog_wall" in r]
-        fast0 = [r["prog_wall"] for r in unp if "prog_wall" in r]
-        fr = "%.3f×" % (min(fast) / min(fast0)) if fast and fast0 else "–"
+        fr = fastest_ratio(rs, unp)
+        fr = "%.3f×" % fr if fr is not None else "–"
         sps = [r["samples"] / r["child_cpu"] for r in rs if "samples" in r and r.get("child_cpu")]
         coll = [100 * r["collector_cpu"] / r["duration"] for r in rs if "collector_cpu" in r]
         proc = [100 * r["proc_cpu"] / r["wall"] for r in rs if "proc_cpu" in r] if kind in ("mlprof", "perf") else []

@@ -35,7 +35,7 @@ min-max. Python 3 stdlib only; needs a built tree (./scripts/build.sh).
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cpu_overhead import build_wrapper, emit_report, machine_facts, sh  # noqa: E402  (same directory: shared timing wrapper)
+from cpu_overhead import build_wrapper, emit_report, fastest_ratio, machine_facts, sh  # noqa: E402  (same directory: shared timing wrapper)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = {  # name: (path relative to the build dir, full-size args, --quick args, configurations)
@@ -131,9 +131,8 @@ def table(wl, names, cfgs, results, notes):
         f = lambda v, spec: spec % v if v is not None else "–"
         wr = ratio([rs[i]["wall"] / unp[i]["wall"] for i in range(n)])
         pr = ratio([rs[i]["prog_wall"] / unp[i]["prog_wall"] for i in range(n) if "prog_wall" in rs[i]])
-        fast = [r["prog_wall"] for r in rs if "prog_wall" in r]
-        fast0 = [r["prog_wall"] for r in unp if "prog_wall" in r]
-        fr = "%.2f×" % (min(fast) / min(fast0)) if fast and fast0 else "–"  # noise only adds time
+        fr = fastest_ratio(rs, unp)
+        fr = "%.2f×" % fr if fr is not None else "–"
         allocs = [r["mem_samples"] / r["life"] for r in rs if r.get("life")]
         frees = [r["mem_frees"] / r["life"] for r in rs if r.get("life")]
         coll = [100 * r["collector_cpu"] / r["duration"] for r in rs if r.get("duration")]
