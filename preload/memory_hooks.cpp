@@ -330,7 +330,10 @@ MLPROF_EXPORT void* mmap(void* addr, size_t len, int prot, int flags, int fd, of
   // MAP_FIXED replaces whatever was mapped there: a sampled mapping starting there is gone.
   if ((flags & MAP_FIXED) && addr) mem::before_free(addr);
   MLPROF_FORWARD(real(addr, len, prot, flags, fd, off));
-  if (result_ != MAP_FAILED && (flags & MAP_ANONYMOUS) && !from_allocator(MLPROF_CALLER))
+  // PROT_NONE reserves address space with no memory behind it (CUDA's driver reserves GiBs at
+  // cuInit, JVMs and Go their heaps): not an allocation. What is later mapped into it with
+  // MAP_FIXED is; memory opened up with mprotect is not seen (docs/limits.md).
+  if (result_ != MAP_FAILED && (flags & MAP_ANONYMOUS) && prot != PROT_NONE && !from_allocator(MLPROF_CALLER))
     mem::after_alloc(result_, len, AllocKind::kMmap, MLPROF_CALLER);
   return result_;
 }
