@@ -33,6 +33,7 @@ enum class Phase : int {
 struct State {
   std::atomic<Phase> phase{Phase::kOff};
   std::atomic<bool> recording{false};   // callbacks record (the writer's stream is open)
+  std::atomic<bool> yielded{false};     // the program took CUPTI for its own client: never (re)attach, flush
   std::atomic<uint64_t> dropped{0};     // events lost: the ring was full
   std::atomic<uint64_t> cupti_dropped{0};  // records CUPTI says it dropped
   mem::FallbackRing ring;
@@ -85,5 +86,14 @@ bool cupti_compiled();
 // Attaches CUPTI from handle; false (after saying why) when it cannot.
 bool attach_cupti(void* handle);
 void flush_cupti(bool forced);
+// The program's own CUPTI client takes CUPTI (gpu_interpose.cpp: its cuptiSubscribe or
+// cuptiActivityRegisterCallbacks): if attached, mlprof's activity is disabled and flushed into the
+// ring, mlprof unsubscribes and restores CUPTI's default clock, and says so once. Never attaches
+// afterwards. On the program's thread.
+void yield_to_program();
+// The real CUPTI function `name` (not the preload's export), or nullptr.
+void* real_cupti(const char* name);
+// Whether this thread is inside mlprof's own CUPTI set-up or yield (then an export is not yielding).
+bool own_cupti_call();
 
 }  // namespace mlprof::preload::gpu

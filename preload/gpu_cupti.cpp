@@ -13,6 +13,8 @@
 #if MLPROF_HAVE_CUPTI
 #include <cupti.h>
 #include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,9 +61,20 @@ struct Api {
   decltype(&cuptiActivityRegisterTimestampCallback) timestamp_callback = nullptr;
   decltype(&cuptiActivityFlushPeriod) flush_period = nullptr;
   decltype(&cuptiGetResultString) result_string = nullptr;
+  decltype(&cuptiActivityDisable) activity_disable = nullptr;
+  decltype(&cuptiUnsubscribe) unsubscribe = nullptr;
 };
 Api g_api;
 CUpti_SubscriberHandle g_subscriber = nullptr;
+void* g_handle = nullptr;  // the libcupti attached from
+bool g_own_clock = false;  // our timestamp callback is registered
+
+// Attaching and yielding CUPTI to the program (see cuptiSubscribe below) exclude each other.
+pthread_mutex_t g_owner_mu = PTHREAD_MUTEX_INITIALIZER;
+
+const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                     CUPTI_ACTIVITY_KIND_MEMSET,            CUPTI_ACTIVITY_KIND_MEMORY2,
+                                     CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_OVERHEAD};
 
 // Which API calls are recorded: g_class[domain][cbid] = wire::GpuApi + 1 (0 = not subscribed).
 constexpr uint32_t kMaxCbid = 2048;
@@ -82,6 +95,13 @@ struct ThreadGpu {
 __thread ThreadGpu t_gpu __attribute__((tls_model("initial-exec")));
 
 uint64_t CUPTIAPI monotonic_timestamp() { return static_cast<uint64_t>(clock_ns()); }
+// CUPTI's own default on Linux (cupti_activity.h): what the program's profiler gets back when
+// mlprof yields (a registered callback cannot be removed, only replaced).
+uint64_t CUPTIAPI realtime_timestamp() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 uint8_t classify(const char* name) {
   auto starts = [name](const char* p) { return strncmp(name, p, strlen(p)) == 0; };
@@ -391,7 +411,32 @@ int64_t calibrate_offset() {
 
 }  // namespace
 
+namespace {
+bool attach_locked(void* h);
+}  // namespace
+
+namespace {
+// Set while this thread is in mlprof's own CUPTI set-up or yield: should libcupti call one of its
+// exported functions through its PLT and reach the preload's export, that is no program's call.
+__thread bool t_own_call __attribute__((tls_model("initial-exec")));
+}  // namespace
+
+bool own_cupti_call() { return t_own_call; }
+
 bool attach_cupti(void* h) {
+  pthread_mutex_lock(&g_owner_mu);
+  t_own_call = true;
+  const bool ok = attach_locked(h);
+  t_own_call = false;
+  pthread_mutex_unlock(&g_owner_mu);
+  return ok;
+}
+
+namespace {
+
+bool attach_locked(void* h) {
+  if (g_gpu.yielded.load(std::memory_order_acquire)) return false;
+  g_handle = h;
   bool ok = resolve(h, "cuptiSubscribe", &g_api.subscribe) && resolve(h, "cuptiEnableCallback", &g_api.enable_callback) &&
             resolve(h, "cuptiGetCallbackName", &g_api.callback_name) &&
             resolve(h, "cuptiActivityEnable", &g_api.activity_enable) &&
@@ -403,6 +448,8 @@ bool attach_cupti(void* h) {
   resolve(h, "cuptiActivityRegisterTimestampCallback", &g_api.timestamp_callback);
   resolve(h, "cuptiActivityFlushPeriod", &g_api.flush_period);
   resolve(h, "cuptiGetResultString", &g_api.result_string);
+  resolve(h, "cuptiActivityDisable", &g_api.activity_disable);
+  resolve(h, "cuptiUnsubscribe", &g_api.unsubscribe);
   if (!ok) {
     g_gpu.report("the libcupti found lacks functions mlprof needs (too old?); GPU profiling off (CPU and memory "
                  "profiling go on). Point MLPROF_CUPTI_PATH at the CUPTI of your CUDA toolkit");
@@ -449,6 +496,7 @@ bool attach_cupti(void* h) {
   // Clock: CUPTI's timestamps in CLOCK_MONOTONIC when it takes our clock, else the measured offset.
   // (Registered before any activity kind is enabled, as CUPTI requires.)
   if (g_api.timestamp_callback && g_api.timestamp_callback(monotonic_timestamp) == CUPTI_SUCCESS) {
+    g_own_clock = true;
     g_gpu.clock = static_cast<uint8_t>(wire::GpuClock::kMonotonic);
     g_gpu.clock_offset_ns = 0;
   } else {
@@ -461,10 +509,7 @@ bool attach_cupti(void* h) {
     say("cuptiActivityRegisterCallbacks failed (error %d: %s); GPU profiling off", static_cast<int>(r), result_text(r));
     return false;
   }
-  const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                      CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMORY2,
-                                      CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_OVERHEAD};
-  for (CUpti_ActivityKind k : kinds) {
+  for (CUpti_ActivityKind k : kKinds) {
     r = g_api.activity_enable(k);
     if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES) {
       g_gpu.report("CUPTI refused activity tracing (CUPTI_ERROR_INSUFFICIENT_PRIVILEGES); GPU profiling off (CPU and "
@@ -478,7 +523,60 @@ bool attach_cupti(void* h) {
   return true;
 }
 
+}  // namespace
+
+// The program's own CUPTI client (torch.profiler's Kineto, a tool linked into a server) takes
+// CUPTI: mlprof stops its activity, hands its last records to the ring, unsubscribes and puts
+// CUPTI's default clock back, so that the program's profiler works as it would without mlprof.
+// The GPU data until then is kept. Called on the program's thread, before its call goes on.
+void yield_to_program() {
+  pthread_mutex_lock(&g_owner_mu);
+  const bool was_on = !g_gpu.yielded.exchange(true, std::memory_order_acq_rel) && attached();
+  if (was_on) {
+    mem::Guard guard;
+    t_own_call = true;
+    if (g_api.activity_disable)
+      for (CUpti_ActivityKind k : kKinds) g_api.activity_disable(k);
+    g_api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // our buffers come back to buffer_completed
+    if (g_api.unsubscribe) g_api.unsubscribe(g_subscriber);
+    if (g_own_clock) g_api.timestamp_callback(realtime_timestamp);
+    t_own_call = false;
+  }
+  pthread_mutex_unlock(&g_owner_mu);
+  if (was_on)
+    g_gpu.report("the program started its own CUPTI client (torch.profiler, or a tool in the process): mlprof's GPU "
+                 "profiling stopped there and left CUPTI to it; the GPU data until then is kept (CPU and memory "
+                 "profiling go on)");
+}
+
+// The real CUPTI function `name` for a call the program made through our export: the next
+// definition in the global scope, else the libcupti mlprof attached from, else the first libcupti
+// loaded (a Python extension's libcupti is in its dlopen's local scope, which RTLD_NEXT skips).
+void* real_cupti(const char* name) {
+  if (void* f = dlsym(RTLD_NEXT, name)) return f;
+  if (g_handle)
+    if (void* f = dlsym(g_handle, name)) return f;
+  struct Found {
+    char path[512];
+  } found{};
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* arg) -> int {
+        const char* n = info->dlpi_name;
+        const char* slash = n ? strrchr(n, '/') : nullptr;
+        if (!slash || strncmp(slash + 1, "libcupti.so", 11) != 0) return 0;
+        snprintf(static_cast<Found*>(arg)->path, sizeof(Found::path), "%s", n);
+        return 1;
+      },
+      &found);
+  if (!found.path[0]) return nullptr;
+  void* h = dlopen(found.path, RTLD_LAZY | RTLD_NOLOAD);
+  void* f = h ? dlsym(h, name) : nullptr;
+  if (h) dlclose(h);  // RTLD_NOLOAD took a reference of a library that stays loaded
+  return f;
+}
+
 void flush_cupti(bool forced) {
+  if (g_gpu.yielded.load(std::memory_order_acquire)) return;  // CUPTI is the program's now
   if (g_api.flush_all) g_api.flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
 }
 

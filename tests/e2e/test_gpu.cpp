@@ -338,6 +338,41 @@ TEST(Gpu, CuptiTakenByAnotherTool) {
   EXPECT_TRUE(r.profile.gpu.empty());
 }
 
+// The program starts its own CUPTI client midway (what torch.profiler does): mlprof yields CUPTI
+// to it. Before this, the program's cuptiSubscribe failed with MULTIPLE_SUBSCRIBERS and
+// torch.profiler saw no CUDA events under mlprof-run (seen on an H100).
+TEST(Gpu, TheProgramsOwnCuptiClientGetsCupti) {
+  REQUIRE_GPU_FIXTURES();
+  constexpr int kBefore = 10, kAfter = 10;
+  auto r = profile_run({fixture("fixture_gpu_app"), fake_cuda(), std::to_string(kBefore + kAfter), "--wait",
+                        "--cupti-user", gpu_dir() + "/libcupti_user.so", "--user-after", std::to_string(kBefore)},
+                       {}, {"MLPROF_CUPTI_PATH=" + stub_cupti()});
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+  ASSERT_NE(r.result.out.find("attached=1"), std::string::npos) << r.result.out << r.result.err;
+  EXPECT_NE(r.result.out.find("user_start=0\n"), std::string::npos) << "the program's CUPTI calls succeeded\n"
+                                                                    << r.result.out;
+  int callbacks = -1, records = -1, realtime = -1;
+  const size_t at = r.result.out.find("user_callbacks=");
+  ASSERT_NE(at, std::string::npos) << r.result.out;
+  ASSERT_EQ(sscanf(r.result.out.c_str() + at, "user_callbacks=%d user_records=%d user_clock_realtime=%d", &callbacks,
+                   &records, &realtime),
+            3);
+  // Its callbacks fire for its launches (ENTER and EXIT), it gets exactly the kernels launched
+  // after it started (2 per iteration), and CUPTI's default clock is back.
+  EXPECT_GE(callbacks, 2 * 2 * kAfter);
+  EXPECT_EQ(records, 2 * kAfter) << "mlprof's disabled kinds would add copies and memsets";
+  EXPECT_EQ(realtime, 1) << "activity timestamps are still mlprof's CLOCK_MONOTONIC";
+  // mlprof kept what it saw before: the first kBefore iterations, exactly.
+  ASSERT_EQ(r.profile.gpu.size(), 1u) << messages(r.profile);
+  expect_near_pct(line_total(r.profile, "gpu", line_of("GPU-LINE: matmul")), kBefore * 400, 1, "matmul line gpu");
+  expect_near_pct(line_total(r.profile, "gpu", line_of("GPU-LINE: htod")), kBefore * 50, 1, "htod line gpu");
+  const std::string said = messages(r.profile);
+  const size_t first = said.find("the program started its own CUPTI client");
+  EXPECT_NE(first, std::string::npos) << said;
+  EXPECT_EQ(said.find("its own CUPTI client", first + 40), std::string::npos) << "said once\n" << said;
+}
+
 TEST(Gpu, InsufficientPrivileges) {
   REQUIRE_GPU_FIXTURES();
   auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti(), "STUB_CUPTI_MODE=privileges"}, {}, false);
