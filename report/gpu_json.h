@@ -9,11 +9,38 @@
 
 namespace mlprof::report {
 
-// The first frame of a stack that has a source line (the launching line), else the leaf.
+// Code nvcc and the CUDA headers put between a `kernel<<<...>>>` line and the runtime: the
+// toolkit's headers (crt/device_functions.h's __cudaLaunchKernel_helper, cuda_runtime.h's
+// templates) and nvcc's generated stub file (tmpxft_*.cudafe1.stub.c, __device_stub__*).
+inline bool gpu_toolkit_frame(const profile::Profile& p, const profile::Frame& fr) {
+  const std::string& file = p.str(fr.file);
+  const std::string& fn = p.str(fr.function);
+  if (fn.rfind("__device_stub__", 0) == 0 || file.find("/tmpxft_") != std::string::npos ||
+      file.find(".cudafe1.") != std::string::npos)
+    return true;
+  const size_t inc = file.find("/include/");
+  return inc != std::string::npos && file.find("cuda") < inc;
+}
+
+// The frame a GPU operation is said to be launched from: the leaf-most frame with a source line,
+// past the CUDA toolkit's frames and, after nvcc's __device_stub__, the kernel's host-side stub
+// (which carries the kernel's declaration line, not the launch's). Else the leaf frame.
 inline uint32_t gpu_launch_frame(const profile::Profile& p, uint32_t stack) {
   if (stack >= p.stacks.size() || p.stacks[stack].frames.empty()) return profile::kNone;
-  for (uint32_t f : p.stacks[stack].frames)
-    if (f < p.frames.size() && p.frames[f].line != 0) return f;
+  bool after_stub = false;
+  for (uint32_t f : p.stacks[stack].frames) {
+    if (f >= p.frames.size()) continue;
+    const profile::Frame& fr = p.frames[f];
+    if (gpu_toolkit_frame(p, fr)) {
+      after_stub = after_stub || p.str(fr.function).rfind("__device_stub__", 0) == 0;
+      continue;
+    }
+    if (after_stub) {  // the kernel's host stub, called by the launching line
+      after_stub = false;
+      continue;
+    }
+    if (fr.line != 0) return f;
+  }
   return p.stacks[stack].frames.front();
 }
 
