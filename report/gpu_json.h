@@ -22,11 +22,16 @@ inline bool gpu_toolkit_frame(const profile::Profile& p, const profile::Frame& f
   return inc != std::string::npos && file.find("cuda") < inc;
 }
 
-// The frame a GPU operation is said to be launched from: the leaf-most frame with a source line,
-// past the CUDA toolkit's frames and, after nvcc's __device_stub__, the kernel's host-side stub
-// (which carries the kernel's declaration line, not the launch's). Else the leaf frame.
+// The frame a GPU operation is said to be launched from. With Python frames on the stack, the
+// leaf-most of them: the user's line, not the C++ or Cython line inside the library that made the
+// CUDA call (CuPy's wheels carry line info for their generated driver.cpp). Otherwise the
+// leaf-most frame with a source line, past the CUDA toolkit's frames and, after nvcc's
+// __device_stub__, the kernel's host-side stub (which carries the kernel's declaration line, not
+// the launch's). Else the leaf frame.
 inline uint32_t gpu_launch_frame(const profile::Profile& p, uint32_t stack) {
   if (stack >= p.stacks.size() || p.stacks[stack].frames.empty()) return profile::kNone;
+  for (uint32_t f : p.stacks[stack].frames)
+    if (f < p.frames.size() && p.frames[f].kind == profile::FrameKind::kPython) return f;
   bool after_stub = false;
   for (uint32_t f : p.stacks[stack].frames) {
     if (f >= p.frames.size()) continue;

@@ -13,7 +13,7 @@ using namespace mlprof;
 struct Builder {
   profile::Profile p;
   profile::StringTable st{p.strings};
-  // Frames leaf first: {function, file, line}.
+  // Frames leaf first: {function, file, line}; a file ending in ".py" is a Python frame.
   uint32_t stack(std::initializer_list<std::tuple<const char*, const char*, uint32_t>> frames) {
     profile::Stack s;
     for (auto& [fn, file, line] : frames) {
@@ -21,6 +21,8 @@ struct Builder {
       f.function = st.intern(fn);
       f.file = st.intern(file);
       f.line = line;
+      const std::string_view name(file);
+      if (name.size() > 3 && name.substr(name.size() - 3) == ".py") f.kind = profile::FrameKind::kPython;
       s.frames.push_back(static_cast<uint32_t>(p.frames.size()));
       p.frames.push_back(f);
     }
@@ -57,6 +59,19 @@ TEST(GpuLaunchFrame, TheRuntimeTemplateInCudaRuntimeHIsSkipped) {
       {"launch_it", "/src/app.cpp", 57},
   });
   EXPECT_EQ(b.launch(s), "launch_it:57");
+}
+
+// CuPy on an H100: its elementwise kernels were said to be launched from the Cython-generated
+// driver.cpp:8369 (the wheel has line info) instead of the Python line.
+TEST(GpuLaunchFrame, ThePythonLineWinsOverLibraryLinesBelowIt) {
+  Builder b;
+  const uint32_t s = b.stack({
+      {"cuLaunchKernel", "", 0},
+      {"__pyx_f_13cupy_backends_4cuda_3api_6driver_launchKernel", "cupy_backends/cuda/api/driver.cpp", 8369},
+      {"__pyx_f_4cupy_5_core_4_kernel_launch", "cupy/_core/_kernel.cpp", 1200},
+      {"<module>", "/srv/cupy_lines.py", 9},
+  });
+  EXPECT_EQ(b.launch(s), "<module>:9");
 }
 
 TEST(GpuLaunchFrame, PythonAndPlainNativeStacksKeepTheirLeafMostLine) {
