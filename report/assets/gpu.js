@@ -46,7 +46,10 @@
       { title: "mean", cls: "num", key: function (k) { return k.mean_ns; }, text: function (k) { return M.fmt.duration(k.mean_ns); } },
       { title: "max", cls: "num", key: function (k) { return k.max_ns; }, text: function (k) { return M.fmt.duration(k.max_ns); } },
       { title: "grid / block", cls: "num", key: function (k) { return k.grid.join("x"); }, text: function (k) { return k.grid.join("x") + " / " + k.block.join("x"); } },
-      { title: "kernel", cls: "name", key: function (k) { return k.name.toLowerCase(); }, text: function (k) { return k.name; } },
+      // Template-heavy names (PyTorch's distribution kernels: 3,000 characters) are clipped to
+      // four lines; the whole name is the cell's tooltip.
+      { title: "kernel", cls: "name", key: function (k) { return k.name.toLowerCase(); }, text: function (k) { return k.name; },
+        cell: function (k, td) { td.setAttribute("title", k.name); td.appendChild(M.el("div", { cls: "clip", text: k.name })); } },
       { title: "launched from", cls: "loc", key: function (k) { return where(k.launched_from && k.launched_from.launch); },
         text: function (k) { return where(k.launched_from && k.launched_from.launch); } },
     ], g.kernels || [], { sortIndex: 0, descending: true, showAll: false }).render();
