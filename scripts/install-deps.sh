@@ -18,6 +18,7 @@ pkgs=(
   libcurl4-openssl-dev  # the serving workflow's load loop (mlprof-run --requests)
   python3-sklearn    # the example HTTP service's model (examples/serve_http.py)
   chromium           # browser tests of the HTML report (tests/browser: playwright-core from npm)
+  patchelf           # scripts/bundle.sh: a relocatable copy of the tools for a machine without these libraries
 )
 # Node.js and npm for the browser tests: Debian's packages, unless a node with npm is already
 # installed (e.g. NodeSource's nodejs, which bundles npm and conflicts with Debian's npm package).
