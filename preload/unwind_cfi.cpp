@@ -94,6 +94,7 @@ static_assert(sizeof(Range) == 64);
 struct Snapshot {
   Snapshot* retired_next;
   uint64_t retired_ns;
+  uint64_t serial;  // unique per published snapshot (never reused, unlike its address)
   size_t map_size;
   uint32_t nranges;
   uint32_t ntables;
@@ -102,6 +103,27 @@ struct Snapshot {
 };
 
 std::atomic<const Snapshot*> g_snapshot{nullptr};
+uint64_t g_snapshot_serial = 0;  // refresh-only
+
+// The hooks' row cache: the rows a thread's hook unwinds (unwind_cfi_here, unwind_cfi_caller)
+// looked up, by pc. A CUDA launch loop or an allocation site unwinds the same 30-40 frames again
+// and again, through tables of millions of rows (libtorch): a hit skips find_range and find_row
+// and the cache lines they touch. Direct-mapped, per thread; emptied when the snapshot changes
+// (its rows may be retired), told apart by serial, not address. Never used by signal handlers
+// (a handler interrupting a hook's unwind on the same thread would see a half-written entry):
+// they unwind without it.
+struct RowCache {
+  static constexpr uint32_t kEntries = 256;
+  struct Entry {
+    uint64_t pc;  // the lookup pc; 0: empty
+    const Range* range;
+    const Row* row;  // nullptr: no unwind info at pc (cached too)
+  };
+  uint64_t serial;
+  Entry e[kEntries];
+};
+__thread RowCache t_row_cache __attribute__((tls_model("initial-exec")));
+std::atomic<bool> g_row_cache_on{true};
 
 // ---- the handler side --------------------------------------------------------------------------
 
@@ -152,13 +174,19 @@ namespace {
 // signal-safe when Reader is
 // leaf_is_return: pc is a return address (its lookup is pc - 1 like every caller frame's), not
 // an interrupted instruction.
+// cache: the calling thread's row cache (hook unwinds only), or nullptr.
 template <class Reader>
 UnwindResult unwind_loop(uint64_t pc, uint64_t sp, uint64_t fp, bool fp_valid, Reader& rd, uint64_t* pcs,
-                         int max_frames, bool leaf_is_return = false) {
+                         int max_frames, bool leaf_is_return = false, RowCache* cache = nullptr) {
   UnwindResult res;
   if (max_frames <= 0) return res;
   bool fp_fallback_used = false;
   const Snapshot* snap = g_snapshot.load(std::memory_order_acquire);
+  if (cache && (!snap || !g_row_cache_on.load(std::memory_order_relaxed))) cache = nullptr;
+  if (cache && cache->serial != snap->serial) {
+    memset(cache->e, 0, sizeof cache->e);
+    cache->serial = snap->serial;
+  }
 
   const Range* range = nullptr;
   pcs[0] = pc;
@@ -168,8 +196,21 @@ UnwindResult unwind_loop(uint64_t pc, uint64_t sp, uint64_t fp, bool fp_valid, R
     // Return addresses point after the call; the call itself (pc-1) may be the last
     // instruction of a function whose successor has different rules (noreturn calls).
     uint64_t lookup = (n == 1 && !leaf_is_return) ? pc : pc - 1;
-    range = find_range(snap, lookup, range);
-    const Row* row = find_row(range, lookup);
+    const Row* row;
+    if (cache) {
+      RowCache::Entry& e = cache->e[(lookup ^ (lookup >> 8) ^ (lookup >> 16)) & (RowCache::kEntries - 1)];
+      if (e.pc == lookup && lookup != 0) {
+        range = e.range;
+        row = e.row;
+      } else {
+        range = find_range(snap, lookup, range);
+        row = find_row(range, lookup);
+        e = RowCache::Entry{lookup, range, row};
+      }
+    } else {
+      range = find_range(snap, lookup, range);
+      row = find_row(range, lookup);
+    }
     uint64_t cfa = 0, ra = 0;
     if (!row) {
       // No unwind info: one frame-pointer step, if rbp looks like a frame above us.
@@ -287,6 +328,8 @@ UnwindResult unwind_cfi(const void* ucontext, const StackBounds& bounds, uint64_
 
 bool cfi_ready() { return g_snapshot.load(std::memory_order_acquire) != nullptr; }
 
+void cfi_set_row_cache(bool on) { g_row_cache_on.store(on, std::memory_order_relaxed); }
+
 // noinline: its frame must be a real frame of the stack it unwinds.
 __attribute__((noinline)) UnwindResult unwind_cfi_here(const StackBounds& bounds, uint64_t* pcs, int max_frames) {
   uint64_t rip, rsp, rbp;
@@ -294,7 +337,7 @@ __attribute__((noinline)) UnwindResult unwind_cfi_here(const StackBounds& bounds
   // describes exactly this rsp.
   asm volatile("1: lea 1b(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(rip), "=r"(rsp), "=r"(rbp));
   DirectReader rd{bounds};
-  return unwind_loop(rip, rsp, rbp, true, rd, pcs, max_frames);
+  return unwind_loop(rip, rsp, rbp, true, rd, pcs, max_frames, false, &t_row_cache);
 }
 
 // noinline: its frame is where the frame-pointer walk starts.
@@ -309,7 +352,7 @@ __attribute__((noinline)) UnwindResult unwind_cfi_caller(const StackBounds& boun
       // The hook's frame: the caller resumes at ra with rsp just above the return address and
       // its own rbp restored from the hook's saved rbp.
       DirectReader rd{bounds};
-      return unwind_loop(ra, fp + 16, next_fp, true, rd, pcs, max_frames, true);
+      return unwind_loop(ra, fp + 16, next_fp, true, rd, pcs, max_frames, true, &t_row_cache);
     }
     if (next_fp <= fp) break;  // the chain must grow towards the stack's base
     fp = next_fp;
@@ -593,6 +636,7 @@ bool cfi_refresh_modules() {
   }
   std::sort(ranges, ranges + nranges, [](const Range& a, const Range& b) { return a.start < b.start; });
   snap->map_size = size;
+  snap->serial = ++g_snapshot_serial;
   snap->nranges = nranges;
   snap->ntables = ntables;
   snap->ranges = ranges;

@@ -72,6 +72,8 @@ int unwind_here_after(const StackBounds* bounds, uint64_t* pcs, int max_frames, 
 }
 // Whether the CFI tables have been built once (the writer does it first thing). signal-safe
 bool cfi_ready();
+// The hooks' per-thread row cache (unwind_cfi.cpp): on by default; off for tests and A/B benches.
+void cfi_set_row_cache(bool on);
 // signal-safe (as far as libunwind's local unwinding is; see unwind_libunwind.cpp)
 UnwindResult unwind_libunwind(const void* ucontext, uint64_t* pcs, int max_frames);
 
