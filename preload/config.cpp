@@ -136,6 +136,16 @@ void load_config(Config& cfg, void (*report)(const char* msg)) {
       complain("%s=%s is not 0 (GPU profiling off) or 1 (on, the default); GPU profiling stays on", "MLPROF_GPU", g);
   }
   if (const char* cp = getenv("MLPROF_CUPTI_PATH")) snprintf(cfg.cupti_path, sizeof cfg.cupti_path, "%s", cp);
+  if (const char* gs = getenv("MLPROF_GPU_STACKS")) {
+    if (strcmp(gs, "full") == 0)
+      cfg.gpu_stacks = 2;
+    else if (strcmp(gs, "native") == 0)
+      cfg.gpu_stacks = 1;
+    else if (strcmp(gs, "none") == 0)
+      cfg.gpu_stacks = 0;
+    else
+      complain("%s=%s is not full (the default), native or none; using full", "MLPROF_GPU_STACKS", gs);
+  }
 }
 
 }  // namespace mlprof::preload

@@ -40,6 +40,10 @@ struct Config {
   // GPU profiling through CUPTI (preload/gpu_*.h, docs/gpu.md).
   bool gpu = true;               // MLPROF_GPU: 0 turns it off
   char cupti_path[512] = {};     // MLPROF_CUPTI_PATH: the libcupti to load (file or directory)
+  // MLPROF_GPU_STACKS: what a launch callback captures: 2 = native + Python frames (full, the
+  // default), 1 = native only, 0 = none. A benchmark knob (docs/benchmarks.md): less than full
+  // attributes GPU time to fewer or no lines.
+  uint8_t gpu_stacks = 2;
 };
 
 // Wall mode's tick: one wall-clock sampling period, 1/rate, but at least 1 ms.

@@ -141,15 +141,24 @@ bool cut(uint64_t pc) {
 
 // The calling thread's stack without the frames of the preload, libcupti and libcuda, then its
 // Python frames; as mem_profiler.cpp's capture_stack.
+// The Python frames are read directly when the thread holds the GIL (python::WalkContext::kOwnCall):
+// a CUDA call is made from C code the interpreter called, with the thread's frames consistent.
 void capture_stack(RawGpuEvent* ev) {
   auto* pcs = reinterpret_cast<uint64_t*>(ev + 1);
   uint8_t flags = 0;
+  const uint8_t what = g_gpu.cfg ? g_gpu.cfg->gpu_stacks : 2;
+  if (what == 0) {  // MLPROF_GPU_STACKS=none (a benchmark knob)
+    ev->flags = wire::kStackLeafOnly;
+    return;
+  }
   ThreadSlot* slot = t_slot;
   const int n = unwind_here_after(slot ? &slot->bounds : nullptr, pcs, kMaxFrames, cut, &flags);
   // pcs[0] is now a return address: inside the call instruction, the lookup lands on the calling
   // line (frame 0 is looked up as is).
   if (n) pcs[0] -= 1;
-  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, nullptr, python::WalkContext::kHook);
+  const int npy = what < 2 ? 0
+                           : python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, nullptr,
+                                           python::WalkContext::kOwnCall);
   ev->nframes = static_cast<uint16_t>(n);
   ev->npy = static_cast<uint8_t>(npy);
   ev->flags = flags;

@@ -690,6 +690,21 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
   return n;
 }
 
+// Whether the calling thread, whose thread state is tstate, holds the GIL: plain loads of
+// process-lifetime memory only (<= 3.11 _PyRuntime.gilstate.tstate_current; 3.12+ the main
+// interpreter's GIL, once a walk found it: inside _PyRuntime). Only this thread can release a GIL
+// it holds, so a yes cannot go stale during the walk. A subinterpreter's own GIL: no (the caller
+// then reads fault-tolerantly).
+bool holds_gil(const State& s, uint64_t tstate) {
+  if (s.gil_tstate_current != 0)
+    return *reinterpret_cast<const volatile uint64_t*>(s.gil_tstate_current) == tstate;
+  const Layout& l = s.layout;
+  const uint64_t gil = g_main_gil.load(std::memory_order_relaxed);
+  if (gil == 0 || l.gil_locked == kNone || l.gil_last_holder == kNone) return false;
+  return *reinterpret_cast<const volatile int32_t*>(gil + static_cast<uint64_t>(l.gil_locked)) != 0 &&
+         *reinterpret_cast<const volatile uint64_t*>(gil + static_cast<uint64_t>(l.gil_last_holder)) == tstate;
+}
+
 }  // namespace
 
 // signal-safe
@@ -711,6 +726,10 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx) {
   switch (ctx) {
     case WalkContext::kPythonAllocator:
       n = walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags);
+      break;
+    case WalkContext::kOwnCall:
+      n = holds_gil(s, tstate) ? walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags)
+                               : walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
       break;
     case WalkContext::kHook:
       n = walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);

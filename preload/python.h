@@ -56,7 +56,7 @@ const Interpreter& detect();
 // quarter of the reads on deep stacks), or in CPython's own allocator call (kPythonAllocator: the
 // MEM and OBJ domain wrappers, which CPython calls with the GIL held from code whose frame chain
 // is complete: the walk reads it directly, no syscall; see walk()).
-enum class WalkContext : uint8_t { kSignal, kHook, kPythonAllocator };
+enum class WalkContext : uint8_t { kSignal, kHook, kPythonAllocator, kOwnCall };
 
 // signal-safe. Walks the calling thread's Python frames, innermost first, into out[0..max).
 // Returns the count; *sample_flags gets SampleFlags. In the signal and hook contexts every read of
@@ -65,7 +65,12 @@ enum class WalkContext : uint8_t { kSignal, kHook, kPythonAllocator };
 // thread state are what CPython's tracemalloc reads with plain loads from the very same calls
 // (its traceback_get_frames, 3.8-3.13), so they are live and consistent there; the values are
 // still checked as in the other contexts. Only for a sample taken inside a PyMem_/PyObject_
-// allocator call of the calling thread.
+// allocator call of the calling thread. kOwnCall: a callback inside a library call the calling
+// thread made from C code (a CUDA API call: gpu_cupti.cpp); plain copies as in kPythonAllocator
+// when the thread holds the GIL (checked with plain loads of the GIL holder: <= 3.11 the runtime's
+// tstate_current, 3.12+ the main interpreter's GIL), which makes the state the same as in any C
+// extension code that may allocate, where tracemalloc reads it; else fault-tolerant as a hook
+// (a thread without the GIL may be a daemon thread whose state interpreter shutdown frees).
 int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = WalkContext::kSignal);
 
 // Code-object frees, as memory profiling's hook of CPython's object allocator sees them (every
