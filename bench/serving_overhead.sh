@@ -6,6 +6,7 @@
 # prints each run (label, req/s, p50 ms, p99 ms, service CPU ms per steady-state request) and the
 # medians of the per-round ratios. Usage:
 #   bench/serving_overhead.sh [ROUNDS=5] [REQUESTS=3000] [CONCURRENCY=2]
+# The service runs on $MLPROF_BENCH_PYTHON (default /usr/bin/python3, Debian's, with python3-sklearn).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MLPROF_BUILD_DIR:-$root/build}/bin
@@ -17,7 +18,7 @@ run() {  # $1 = label, rest = extra mlprof-run options; prints "label qps p50_ms
   local label=$1; shift
   "$bin/mlprof-run" -q --no-html -o "$tmp/$label.mlprof" "$@" --requests "$root/examples/requests.txt" \
     --url "http://127.0.0.1:$port/score" --max-requests "$requests" --warmup 100 --concurrency "$conc" -- \
-    /usr/bin/python3 "$root/examples/serve_http.py" --port "$port" 2>/dev/null
+    "${MLPROF_BENCH_PYTHON:-/usr/bin/python3}" "$root/examples/serve_http.py" --port "$port" 2>/dev/null
   "$bin/mlprof" export "$tmp/$label.mlprof" --format json |
     python3 -c '
 import json, sys
