@@ -444,7 +444,11 @@ bool attach_cupti(void* h) {
 namespace {
 
 bool attach_locked(void* h) {
-  if (g_gpu.yielded.load(std::memory_order_acquire)) return false;
+  if (g_gpu.yielded.load(std::memory_order_acquire)) {
+    g_gpu.report("the program started its own CUPTI client (torch.profiler, or a tool in the process) before mlprof "
+                 "attached: GPU profiling stays off so that CUPTI is the program's (CPU and memory profiling go on)");
+    return false;
+  }
   g_handle = h;
   bool ok = resolve(h, "cuptiSubscribe", &g_api.subscribe) && resolve(h, "cuptiEnableCallback", &g_api.enable_callback) &&
             resolve(h, "cuptiGetCallbackName", &g_api.callback_name) &&

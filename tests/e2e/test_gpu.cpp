@@ -379,6 +379,29 @@ TEST(Gpu, TheProgramsOwnCuptiClientGetsCupti) {
   EXPECT_EQ(said.find("its own CUPTI client", first + 40), std::string::npos) << "said once\n" << said;
 }
 
+// The program's client starts before mlprof noticed libcuda: mlprof never attaches (it would take
+// the activity callbacks from the program), and says why.
+TEST(Gpu, AProgramsClientStartedFirstKeepsCupti) {
+  REQUIRE_GPU_FIXTURES();
+  constexpr int kIters = 20;
+  auto r = profile_run({fixture("fixture_gpu_app"), fake_cuda(), std::to_string(kIters), "--sleep-us", "20000",
+                        "--cupti-user", gpu_dir() + "/libcupti_user.so", "--user-after", "0"},
+                       {}, {"MLPROF_CUPTI_PATH=" + stub_cupti()});
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+  EXPECT_NE(r.result.out.find("user_start=0\n"), std::string::npos) << r.result.out;
+  int callbacks = -1, records = -1, realtime = -1;
+  const size_t at = r.result.out.find("user_callbacks=");
+  ASSERT_NE(at, std::string::npos) << r.result.out;
+  ASSERT_EQ(sscanf(r.result.out.c_str() + at, "user_callbacks=%d user_records=%d user_clock_realtime=%d", &callbacks,
+                   &records, &realtime),
+            3);
+  EXPECT_EQ(records, 2 * kIters) << "the program's client got every kernel";
+  EXPECT_TRUE(has_message(r.profile, "before mlprof attached")) << messages(r.profile);
+  EXPECT_TRUE(r.profile.gpu.empty());
+  EXPECT_NE(r.profile.metric("cpu"), profile::kNone);
+}
+
 TEST(Gpu, InsufficientPrivileges) {
   REQUIRE_GPU_FIXTURES();
   auto r = run_app({"MLPROF_CUPTI_PATH=" + stub_cupti(), "STUB_CUPTI_MODE=privileges"}, {}, false);
