@@ -556,6 +556,7 @@ void yield_to_program() {
     t_own_call = false;
   }
   pthread_mutex_unlock(&g_owner_mu);
+  mem::Guard guard;  // the message's allocation is mlprof's, not the program's
   if (was_on)
     g_gpu.report("the program started its own CUPTI client (torch.profiler, or a tool in the process): mlprof's GPU "
                  "profiling stopped there and left CUPTI to it; the GPU data until then is kept (CPU and memory "
