@@ -138,11 +138,11 @@ void load_config(Config& cfg, void (*report)(const char* msg)) {
   if (const char* cp = getenv("MLPROF_CUPTI_PATH")) snprintf(cfg.cupti_path, sizeof cfg.cupti_path, "%s", cp);
   if (const char* gs = getenv("MLPROF_GPU_STACKS")) {
     if (strcmp(gs, "full") == 0)
-      cfg.gpu_stacks = 2;
+      cfg.gpu_stacks = GpuStacks::kFull;
     else if (strcmp(gs, "native") == 0)
-      cfg.gpu_stacks = 1;
+      cfg.gpu_stacks = GpuStacks::kNative;
     else if (strcmp(gs, "none") == 0)
-      cfg.gpu_stacks = 0;
+      cfg.gpu_stacks = GpuStacks::kNone;
     else
       complain("%s=%s is not full (the default), native or none; using full", "MLPROF_GPU_STACKS", gs);
   }

@@ -22,6 +22,10 @@ enum class ProfileMode : uint8_t { kCpu, kWall };
 // tick-driven timer delivers this rate everywhere.
 inline constexpr uint32_t kTickSafeRateHz = 100;
 
+// What a CUDA launch callback captures (MLPROF_GPU_STACKS): nothing, the native stack, or the
+// native stack and the Python frames (the default).
+enum class GpuStacks : uint8_t { kNone, kNative, kFull };
+
 struct Config {
   bool enabled = false;          // false: no MLPROF_SOCKET/MLPROF_OUTPUT_DIR, or MLPROF_DISABLE=1
   char socket_path[108] = {};    // MLPROF_SOCKET: the collector's Unix socket
@@ -40,10 +44,9 @@ struct Config {
   // GPU profiling through CUPTI (preload/gpu_*.h, docs/gpu.md).
   bool gpu = true;               // MLPROF_GPU: 0 turns it off
   char cupti_path[512] = {};     // MLPROF_CUPTI_PATH: the libcupti to load (file or directory)
-  // MLPROF_GPU_STACKS: what a launch callback captures: 2 = native + Python frames (full, the
-  // default), 1 = native only, 0 = none. A benchmark knob (docs/benchmarks.md): less than full
-  // attributes GPU time to fewer or no lines.
-  uint8_t gpu_stacks = 2;
+  // MLPROF_GPU_STACKS: what a launch callback captures. A benchmark knob (docs/benchmarks.md):
+  // less than full attributes GPU time to fewer or no lines.
+  GpuStacks gpu_stacks = GpuStacks::kFull;
 };
 
 // Wall mode's tick: one wall-clock sampling period, 1/rate, but at least 1 ms.

@@ -146,8 +146,8 @@ bool cut(uint64_t pc) {
 void capture_stack(RawGpuEvent* ev) {
   auto* pcs = reinterpret_cast<uint64_t*>(ev + 1);
   uint8_t flags = 0;
-  const uint8_t what = g_gpu.cfg ? g_gpu.cfg->gpu_stacks : 2;
-  if (what == 0) {  // MLPROF_GPU_STACKS=none (a benchmark knob)
+  const GpuStacks what = g_gpu.cfg ? g_gpu.cfg->gpu_stacks : GpuStacks::kFull;
+  if (what == GpuStacks::kNone) {  // MLPROF_GPU_STACKS=none (a benchmark knob)
     ev->flags = wire::kStackLeafOnly;
     return;
   }
@@ -156,8 +156,8 @@ void capture_stack(RawGpuEvent* ev) {
   // pcs[0] is now a return address: inside the call instruction, the lookup lands on the calling
   // line (frame 0 is looked up as is).
   if (n) pcs[0] -= 1;
-  const int npy = what < 2 ? 0
-                           : python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, nullptr,
+  const int npy = what != GpuStacks::kFull ? 0
+                                          : python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, nullptr,
                                            python::WalkContext::kOwnCall);
   ev->nframes = static_cast<uint16_t>(n);
   ev->npy = static_cast<uint8_t>(npy);
@@ -418,31 +418,11 @@ int64_t calibrate_offset() {
   return offset;
 }
 
-}  // namespace
-
-namespace {
-bool attach_locked(void* h);
-}  // namespace
-
-namespace {
 // Set while this thread is in mlprof's own CUPTI set-up or yield: should libcupti call one of its
 // exported functions through its PLT and reach the preload's export, that is no program's call.
 __thread bool t_own_call __attribute__((tls_model("initial-exec")));
-}  // namespace
 
-bool own_cupti_call() { return t_own_call; }
-
-bool attach_cupti(void* h) {
-  pthread_mutex_lock(&g_owner_mu);
-  t_own_call = true;
-  const bool ok = attach_locked(h);
-  t_own_call = false;
-  pthread_mutex_unlock(&g_owner_mu);
-  return ok;
-}
-
-namespace {
-
+// attach_cupti's work, with g_owner_mu held.
 bool attach_locked(void* h) {
   if (g_gpu.yielded.load(std::memory_order_acquire)) {
     g_gpu.report("the program started its own CUPTI client (torch.profiler, or a tool in the process) before mlprof "
@@ -538,15 +518,26 @@ bool attach_locked(void* h) {
 
 }  // namespace
 
+bool own_cupti_call() { return t_own_call; }
+
+bool attach_cupti(void* h) {
+  pthread_mutex_lock(&g_owner_mu);
+  t_own_call = true;
+  const bool ok = attach_locked(h);
+  t_own_call = false;
+  pthread_mutex_unlock(&g_owner_mu);
+  return ok;
+}
+
 // The program's own CUPTI client (torch.profiler's Kineto, a tool linked into a server) takes
 // CUPTI: mlprof stops its activity, hands its last records to the ring, unsubscribes and puts
 // CUPTI's default clock back, so that the program's profiler works as it would without mlprof.
 // The GPU data until then is kept. Called on the program's thread, before its call goes on.
 void yield_to_program() {
+  mem::Guard guard;  // CUPTI's work and the message's allocation are mlprof's, not the program's
   pthread_mutex_lock(&g_owner_mu);
   const bool was_on = !g_gpu.yielded.exchange(true, std::memory_order_acq_rel) && attached();
   if (was_on) {
-    mem::Guard guard;
     t_own_call = true;
     if (g_api.activity_disable)
       for (CUpti_ActivityKind k : kKinds) g_api.activity_disable(k);
@@ -556,7 +547,6 @@ void yield_to_program() {
     t_own_call = false;
   }
   pthread_mutex_unlock(&g_owner_mu);
-  mem::Guard guard;  // the message's allocation is mlprof's, not the program's
   if (was_on)
     g_gpu.report("the program started its own CUPTI client (torch.profiler, or a tool in the process): mlprof's GPU "
                  "profiling stopped there and left CUPTI to it; the GPU data until then is kept (CPU and memory "

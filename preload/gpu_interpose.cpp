@@ -13,26 +13,31 @@
 
 #define MLPROF_EXPORT extern "C" __attribute__((visibility("default")))
 
+namespace {
+
+// The real `name` of type Fn, after mlprof yielded CUPTI (unless this is mlprof's own call);
+// nullptr when no libcupti defines it. The program's errno is kept.
+template <class Fn>
+Fn real_after_yield(const char* name) {
+  using namespace mlprof::preload;
+  const int saved = errno;
+  auto real = reinterpret_cast<Fn>(gpu::real_cupti(name));
+  if (real && !gpu::own_cupti_call()) gpu::yield_to_program();
+  errno = saved;
+  return real;
+}
+
+}  // namespace
+
 MLPROF_EXPORT CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
                                                   void* userdata) {
-  using namespace mlprof::preload;
-  auto real = reinterpret_cast<decltype(&cuptiSubscribe)>(gpu::real_cupti("cuptiSubscribe"));
-  if (!real) return CUPTI_ERROR_NOT_INITIALIZED;
-  const int saved = errno;
-  if (!gpu::own_cupti_call()) gpu::yield_to_program();
-  errno = saved;
-  return real(subscriber, callback, userdata);
+  auto real = real_after_yield<decltype(&cuptiSubscribe)>("cuptiSubscribe");
+  return real ? real(subscriber, callback, userdata) : CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 MLPROF_EXPORT CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc requested,
                                                                   CUpti_BuffersCallbackCompleteFunc completed) {
-  using namespace mlprof::preload;
-  auto real = reinterpret_cast<decltype(&cuptiActivityRegisterCallbacks)>(
-      gpu::real_cupti("cuptiActivityRegisterCallbacks"));
-  if (!real) return CUPTI_ERROR_NOT_INITIALIZED;
-  const int saved = errno;
-  if (!gpu::own_cupti_call()) gpu::yield_to_program();
-  errno = saved;
-  return real(requested, completed);
+  auto real = real_after_yield<decltype(&cuptiActivityRegisterCallbacks)>("cuptiActivityRegisterCallbacks");
+  return real ? real(requested, completed) : CUPTI_ERROR_NOT_INITIALIZED;
 }
 #endif

@@ -12,10 +12,12 @@ namespace mlprof::report {
 // Code nvcc and the CUDA headers put between a `kernel<<<...>>>` line and the runtime: the
 // toolkit's headers (crt/device_functions.h's __cudaLaunchKernel_helper, cuda_runtime.h's
 // templates) and nvcc's generated stub file (tmpxft_*.cudafe1.stub.c, __device_stub__*).
+inline bool gpu_device_stub(const profile::Profile& p, const profile::Frame& fr) {
+  return p.str(fr.function).rfind("__device_stub__", 0) == 0;
+}
 inline bool gpu_toolkit_frame(const profile::Profile& p, const profile::Frame& fr) {
   const std::string& file = p.str(fr.file);
-  const std::string& fn = p.str(fr.function);
-  if (fn.rfind("__device_stub__", 0) == 0 || file.find("/tmpxft_") != std::string::npos ||
+  if (gpu_device_stub(p, fr) || file.find("/tmpxft_") != std::string::npos ||
       file.find(".cudafe1.") != std::string::npos)
     return true;
   const size_t inc = file.find("/include/");
@@ -37,7 +39,7 @@ inline uint32_t gpu_launch_frame(const profile::Profile& p, uint32_t stack) {
     if (f >= p.frames.size()) continue;
     const profile::Frame& fr = p.frames[f];
     if (gpu_toolkit_frame(p, fr)) {
-      after_stub = after_stub || p.str(fr.function).rfind("__device_stub__", 0) == 0;
+      after_stub = after_stub || gpu_device_stub(p, fr);
       continue;
     }
     if (after_stub) {  // the kernel's host stub, called by the launching line
