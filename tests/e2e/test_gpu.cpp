@@ -344,6 +344,20 @@ TEST(Gpu, CuptiTakenByAnotherTool) {
   EXPECT_TRUE(r.profile.gpu.empty());
 }
 
+// What gpu_app's --cupti-user client (cupti_user.cpp) received, from its last line.
+struct UserClient {
+  bool found = false;
+  int callbacks = -1, records = -1, realtime = -1;
+};
+UserClient user_client(const std::string& out) {
+  UserClient u;
+  const size_t at = out.find("user_callbacks=");
+  u.found = at != std::string::npos &&
+            sscanf(out.c_str() + at, "user_callbacks=%d user_records=%d user_clock_realtime=%d", &u.callbacks,
+                   &u.records, &u.realtime) == 3;
+  return u;
+}
+
 // The program starts its own CUPTI client midway (what torch.profiler does): mlprof yields CUPTI
 // to it. Before this, the program's cuptiSubscribe failed with MULTIPLE_SUBSCRIBERS and
 // torch.profiler saw no CUDA events under mlprof-run (seen on an H100).
@@ -358,17 +372,13 @@ TEST(Gpu, TheProgramsOwnCuptiClientGetsCupti) {
   ASSERT_NE(r.result.out.find("attached=1"), std::string::npos) << r.result.out << r.result.err;
   EXPECT_NE(r.result.out.find("user_start=0\n"), std::string::npos) << "the program's CUPTI calls succeeded\n"
                                                                     << r.result.out;
-  int callbacks = -1, records = -1, realtime = -1;
-  const size_t at = r.result.out.find("user_callbacks=");
-  ASSERT_NE(at, std::string::npos) << r.result.out;
-  ASSERT_EQ(sscanf(r.result.out.c_str() + at, "user_callbacks=%d user_records=%d user_clock_realtime=%d", &callbacks,
-                   &records, &realtime),
-            3);
+  const UserClient u = user_client(r.result.out);
+  ASSERT_TRUE(u.found) << r.result.out;
   // Its callbacks fire for its launches (ENTER and EXIT), it gets exactly the kernels launched
   // after it started (2 per iteration), and CUPTI's default clock is back.
-  EXPECT_GE(callbacks, 2 * 2 * kAfter);
-  EXPECT_EQ(records, 2 * kAfter) << "mlprof's disabled kinds would add copies and memsets";
-  EXPECT_EQ(realtime, 1) << "activity timestamps are still mlprof's CLOCK_MONOTONIC";
+  EXPECT_GE(u.callbacks, 2 * 2 * kAfter);
+  EXPECT_EQ(u.records, 2 * kAfter) << "mlprof's disabled kinds would add copies and memsets";
+  EXPECT_EQ(u.realtime, 1) << "activity timestamps are still mlprof's CLOCK_MONOTONIC";
   // mlprof kept what it saw before: the first kBefore iterations, exactly.
   ASSERT_EQ(r.profile.gpu.size(), 1u) << messages(r.profile);
   expect_near_pct(line_total(r.profile, "gpu", line_of("GPU-LINE: matmul")), kBefore * 400, 1, "matmul line gpu");
@@ -390,13 +400,9 @@ TEST(Gpu, AProgramsClientStartedFirstKeepsCupti) {
   ASSERT_TRUE(r.ok);
   ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
   EXPECT_NE(r.result.out.find("user_start=0\n"), std::string::npos) << r.result.out;
-  int callbacks = -1, records = -1, realtime = -1;
-  const size_t at = r.result.out.find("user_callbacks=");
-  ASSERT_NE(at, std::string::npos) << r.result.out;
-  ASSERT_EQ(sscanf(r.result.out.c_str() + at, "user_callbacks=%d user_records=%d user_clock_realtime=%d", &callbacks,
-                   &records, &realtime),
-            3);
-  EXPECT_EQ(records, 2 * kIters) << "the program's client got every kernel";
+  const UserClient u = user_client(r.result.out);
+  ASSERT_TRUE(u.found) << r.result.out;
+  EXPECT_EQ(u.records, 2 * kIters) << "the program's client got every kernel";
   EXPECT_TRUE(has_message(r.profile, "before mlprof attached")) << messages(r.profile);
   EXPECT_TRUE(r.profile.gpu.empty());
   EXPECT_NE(r.profile.metric("cpu"), profile::kNone);

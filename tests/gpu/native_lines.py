@@ -13,29 +13,16 @@ Exit status: 0 pass, 1 fail, 77 skipped (no nvcc, no NVIDIA GPU, or no mlprof GP
   tests/gpu/native_lines.py --mlprof-run build/bin/mlprof-run --mlprof build/bin/mlprof [--iterations N]
 """
 import argparse
-import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 
+from gpu_check import gpu_profile, line_sums, marker_lines, run, skip
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "native_lines.cu")
-
-
-def skip(why):
-    print("SKIP: " + why)
-    sys.exit(77)
-
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        print("command failed (%d): %s\n%s%s" % (r.returncode, " ".join(cmd), r.stdout, r.stderr))
-        sys.exit(1)
-    return r
 
 
 def main():
@@ -54,30 +41,15 @@ def main():
     tmp = tempfile.mkdtemp(prefix="mlprof_native_gpu_")
     exe = os.path.join(tmp, "native_lines")
     run([a.nvcc, "-g", "-O2", "-o", exe, SOURCE])
-    lines = {}
-    with open(SOURCE) as f:
-        for n, text in enumerate(f, 1):
-            m = re.search(r"// LINE: (\w+)", text)
-            if m:
-                lines[m.group(1)] = n
+    lines = marker_lines(SOURCE)
     prof = os.path.join(tmp, "run.mlprof")
     run([a.mlprof_run, "-q", "--no-html", "-o", prof, "--", exe, str(a.iterations)])
-    doc = json.loads(run([a.mlprof, "export", prof, "--format", "json"]).stdout)
-    if not doc.get("gpu"):
-        msgs = [m for p in doc.get("processes", []) for m in p.get("messages", [])]
-        if any("without CUPTI headers" in m for m in msgs):
-            skip("this mlprof was built without the CUPTI headers")
-        print("FAIL: no GPU section in the profile; messages: %s" % msgs)
+    doc = gpu_profile(a.mlprof, prof)
+    if doc is None:
         return 1
 
-    got = {k: 0 for k in lines}
-    for metric in ("gpu-kernel", "gpu-copy-bytes"):
-        coll = run([a.mlprof, "export", prof, "--format", "collapsed", "--metric", metric]).stdout
-        for row in coll.splitlines():
-            stack, _, value = row.rpartition(" ")
-            for k, ln in lines.items():
-                if "native_lines.cu:%d)" % ln in stack:
-                    got[k] += int(value)
+    got = line_sums(a.mlprof, prof, "gpu-kernel", "native_lines.cu", lines)[0]
+    got["copy"] = line_sums(a.mlprof, prof, "gpu-copy-bytes", "native_lines.cu", lines)[0]["copy"]
     ok = True
     kernels = got["long"] + got["short"]
     for k, truth in (("long", 200.0 / 3), ("short", 100.0 / 3)):

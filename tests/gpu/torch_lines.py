@@ -12,45 +12,15 @@ support in this build) -- ctest's SKIP_RETURN_CODE.
   tests/gpu/torch_lines.py --mlprof-run build/bin/mlprof-run --mlprof build/bin/mlprof [--iterations N]
 """
 import argparse
-import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 
+from gpu_check import gpu_profile, last_json, line_sums, marker_lines, run, skip
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "torch_workload.py")
-
-
-def skip(why):
-    print("SKIP: " + why)
-    sys.exit(77)
-
-
-def marker_lines():
-    lines = {}
-    with open(WORKLOAD) as f:
-        for n, text in enumerate(f, 1):
-            m = re.search(r"# LINE: (\w+)", text)
-            if m:
-                lines[m.group(1)] = n
-    return lines
-
-
-def run(cmd, env=None):
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        print("command failed (%d): %s\n%s%s" % (r.returncode, " ".join(cmd), r.stdout, r.stderr))
-        sys.exit(1)
-    return r
-
-
-def last_json(text):
-    for line in reversed(text.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise ValueError("no JSON line in output:\n" + text)
 
 
 def main():
@@ -79,27 +49,14 @@ def main():
         r = run([a.mlprof_run, "-q", "--no-html", "-o", prof, "--", a.python, WORKLOAD, n, "plain"])
         profiled_runs.append(last_json(r.stdout)["iterations_per_s"])
     plain, profiled = max(plain_runs), max(profiled_runs)
-    doc = json.loads(run([a.mlprof, "export", prof, "--format", "json"]).stdout)
-    if not doc.get("gpu"):
-        msgs = [m for p in doc.get("processes", []) for m in p.get("messages", [])]
-        if any("without CUPTI headers" in m for m in msgs):
-            skip("this mlprof was built without the CUPTI headers")
-        print("FAIL: no GPU section in the profile; messages: %s" % msgs)
+    doc = gpu_profile(a.mlprof, prof)
+    if doc is None:
         return 1
 
     # GPU time per marked line, from the collapsed export of the gpu metric (Python frames carry
     # "torch_workload.py:LINE").
-    coll = run([a.mlprof, "export", prof, "--format", "collapsed", "--metric", "gpu"]).stdout
-    lines = marker_lines()
-    got = {k: 0 for k in lines}
-    total = 0
-    for row in coll.splitlines():
-        stack, _, value = row.rpartition(" ")
-        v = int(value)
-        total += v
-        for k, ln in lines.items():
-            if "torch_workload.py:%d)" % ln in stack:
-                got[k] += v
+    lines = marker_lines(WORKLOAD)
+    got, total = line_sums(a.mlprof, prof, "gpu", "torch_workload.py", lines)
     tsum = sum(truth.values())
     msum = sum(got.values())
     ok = True
