@@ -9,9 +9,8 @@
 
 #include <cerrno>
 
+#include "preload/export.h"
 #include "preload/gpu.h"
-
-#define MLPROF_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 

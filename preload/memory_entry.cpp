@@ -16,14 +16,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "preload/export.h"
 #include "preload/mem_profiler.h"
 #include "preload/memory_hooks.h"
 
 namespace hooks = mlprof::preload::hooks;
 namespace mem = mlprof::preload::mem;
 
-#define MLPROF_EXPORT extern "C" __attribute__((visibility("default")))
-#define MLPROF_CALLER reinterpret_cast<uint64_t>(__builtin_return_address(0))
 
 namespace {
 

@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "preload/export.h"
 #include "preload/mem_bootstrap.h"
 #include "preload/mem_profiler.h"
 #include "preload/memory_hooks.h"
@@ -121,8 +122,6 @@ inline Fn get(Fn* slot) {
   return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 }
 
-inline uint64_t as_u64(void* ra) { return reinterpret_cast<uint64_t>(ra); }
-#define MLPROF_CALLER as_u64(__builtin_return_address(0))
 
 void* boot_alloc(size_t size, size_t align) {
   void* p = g_boot.alloc(size, align);
@@ -204,8 +203,6 @@ void hooks_init() {
 }
 
 }  // namespace mlprof::preload::mem
-
-#define MLPROF_EXPORT extern "C" __attribute__((visibility("default")))
 
 // ---- the slow paths of the fast entries (memory_entry.cpp) --------------------------------------
 

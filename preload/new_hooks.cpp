@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <new>
 
+#include "preload/export.h"
 #include "preload/mem_profiler.h"
 
 namespace mem = mlprof::preload::mem;
@@ -117,8 +118,6 @@ inline void release(Fn f, void* p, Args... args) {
 }  // namespace
 
 // ---- new ---------------------------------------------------------------------------------------
-
-#define MLPROF_CALLER reinterpret_cast<uint64_t>(__builtin_return_address(0))  // as memory_entry.cpp
 
 MLPROF_NEW_EXPORT void* operator new(std::size_t size) {
   return allocate(&g_next.nw, "_Znwm", MLPROF_CALLER, size, 0, false);
