@@ -192,9 +192,12 @@ void MemoryTracker::free(uint64_t id, int64_t t_ns) {
   heap_ -= static_cast<int64_t>(e.weight);
 }
 
-void MemoryTracker::copy(uint32_t thread, uint64_t stack, uint64_t weight) {
+void MemoryTracker::copy(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_t weight) {
   active_ = true;
-  sites_[site_index(thread, stack)].copy_bytes += static_cast<int64_t>(std::min<uint64_t>(weight, kMaxWeight));
+  MemSite& site = sites_[site_index(thread, stack)];
+  const auto w = static_cast<int64_t>(std::min<uint64_t>(weight, kMaxWeight));
+  site.copy_bytes += w;
+  if (window_ && window_->contains(t_ns)) site.win_copy_bytes += w;
 }
 
 void MemoryTracker::usage(int64_t t_ns, int64_t rss_bytes) {

@@ -41,6 +41,7 @@ struct MemSite {
   int64_t win_alloc_bytes = 0;
   double win_alloc_count = 0;
   int64_t win_free_bytes = 0;
+  int64_t win_copy_bytes = 0;  // sampled copy weights inside the window
 };
 
 // A time window [start_ns, end_ns) over which allocations and frees are also summed per site
@@ -93,7 +94,7 @@ class MemoryTracker {
   void config(uint64_t interval_bytes, uint64_t copy_interval_bytes, uint64_t flags);
   void alloc(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_t id, uint64_t size, uint64_t weight);
   void free(uint64_t id, int64_t t_ns);
-  void copy(uint32_t thread, uint64_t stack, uint64_t weight);
+  void copy(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_t weight);
   void usage(int64_t t_ns, int64_t rss_bytes);
   // Also sum allocations and frees inside `w` per site (MemSite::win_*); w outlives the tracker.
   void set_window(const MemWindow* w) { window_ = w; }

@@ -293,6 +293,7 @@ class Builder {
       m[kLivePeakBytes] += mem.peak_bytes(site);
       m[kLiveEndBytes] += site.live_bytes;
       m[kCopyBytes] += site.copy_bytes;
+      if (window_sites_) p_.serving.window_copy_bytes += site.win_copy_bytes;
       if (window_sites_ && (site.win_alloc_bytes || site.win_free_bytes)) {
         auto& w = (*window_sites_)[it->second.stack];
         w.stack = it->second.stack;

@@ -288,7 +288,7 @@ bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
       r.u();  // size of the sampled call
       if (r.bad) break;
       last_mem_ns_ = static_cast<int64_t>(static_cast<uint64_t>(last_mem_ns_) + static_cast<uint64_t>(dt));
-      s_.memory.copy(thread_index(tid), stack, weight);
+      s_.memory.copy(thread_index(tid), stack, last_mem_ns_, weight);
       break;
     }
     case wire::Record::kMemUsage: {

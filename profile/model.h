@@ -175,9 +175,10 @@ struct Module {
 // mlprof-run itself (load loop, /proc polling of the service's process tree), independent of the
 // preload, except the per-request tables, which normalize the profile over the steady window.
 struct ServingRequest {
+  static constexpr int32_t kTimedOut = -1;  // status of a request given up at --timeout (since 1.3)
   int64_t start_ns = 0;    // when the request was handed to the HTTP client
   int64_t latency_ns = 0;  // until the whole response arrived (or the transfer failed)
-  int32_t status = 0;      // HTTP status; 0 = transport error or timeout
+  int32_t status = 0;      // HTTP status; 0 = transport error, kTimedOut = no complete answer within --timeout
   bool operator==(const ServingRequest&) const = default;
 };
 
@@ -238,6 +239,7 @@ struct Serving {
   std::vector<ServingResourcePoint> resources;
   std::vector<ServingLine> lines;        // most CPU first, bounded
   std::vector<ServingSite> sites;        // most bytes first, bounded
+  int64_t window_copy_bytes = 0;         // sampled memcpy/memmove bytes in the steady window (since 1.3)
   bool operator==(const Serving&) const = default;
 };
 

@@ -33,12 +33,15 @@ nlohmann::json serving_series(const profile::Profile& p) {
   };
   std::vector<std::vector<int64_t>> lat(n);
   std::vector<uint64_t> done(n, 0);
-  std::vector<int64_t> answered;
-  answered.reserve(s.requests.size());
-  for (const auto& r : s.requests) {
-    if (r.status > 0) {
+  std::vector<int64_t> steady;  // latencies of the steady window's requests: the histogram
+  steady.reserve(s.requests.size());
+  uint64_t answered = 0;
+  for (size_t i = 0; i < s.requests.size(); ++i) {
+    const auto& r = s.requests[i];
+    if (r.status != 0) {  // answered, or timed out (at the time it was given up)
       lat[bucket(r.start_ns)].push_back(r.latency_ns);
-      answered.push_back(r.latency_ns);
+      ++answered;
+      if (i >= s.warmup) steady.push_back(r.latency_ns);
     }
     done[bucket(r.start_ns + r.latency_ns)] += 1;
   }
@@ -52,22 +55,22 @@ nlohmann::json serving_series(const profile::Profile& p) {
     throughput.push_back({t, round3(static_cast<double>(done[i]) * 1e9 / static_cast<double>(width))});
   }
   json hist = json::array();
-  if (!answered.empty()) {
+  if (!steady.empty()) {
     constexpr int kBins = 40;
-    const auto [lo_it, hi_it] = std::minmax_element(answered.begin(), answered.end());
+    const auto [lo_it, hi_it] = std::minmax_element(steady.begin(), steady.end());
     const double lo = *lo_it / 1e3;
     double hi = *hi_it / 1e3;
     if (hi <= lo) hi = lo + 1;
     const double w = (hi - lo) / kBins;
     std::vector<uint64_t> counts(kBins, 0);
-    for (int64_t v : answered) {
+    for (int64_t v : steady) {
       const int b = static_cast<int>((v / 1e3 - lo) / w);
       counts[static_cast<size_t>(std::clamp(b, 0, kBins - 1))] += 1;
     }
     for (int i = 0; i < kBins; ++i)
       hist.push_back({{"lo", round3(lo + i * w)}, {"hi", round3(lo + (i + 1) * w)}, {"count", counts[static_cast<size_t>(i)]}});
   }
-  return {{"requests", s.requests.size()}, {"answered", answered.size()},
+  return {{"requests", s.requests.size()}, {"answered", answered}, {"steady", steady.size()},
           {"bucket_ms", round3(width / 1e6)}, {"t0_ms", round3((t0 - run0) / 1e6)},
           {"latency", std::move(latency)}, {"throughput", std::move(throughput)}, {"histogram", std::move(hist)}};
 }

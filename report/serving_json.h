@@ -28,8 +28,9 @@ Json serving_json(const profile::Profile& p) {
   auto rel = [&](int64_t t) { return t ? Json(round3(ms(t - t0))) : Json(nullptr); };
   const uint64_t n = s.window_requests;
   Json o = Json::object();
-  o["requestedCpu"] = round3(s.requested_millicores / 1000.0);
-  o["requestedMemoryInGB"] = round3(gib(s.requested_memory_bytes));
+  // No recommendation (null) from a replay that did not run to its end (outcome).
+  o["requestedCpu"] = s.requested_millicores > 0 ? Json(round3(s.requested_millicores / 1000.0)) : Json(nullptr);
+  o["requestedMemoryInGB"] = s.requested_memory_bytes > 0 ? Json(round3(gib(s.requested_memory_bytes))) : Json(nullptr);
   o["requestedQueriesPerSecond"] = s.load_mode == "open" ? Json(s.rps_milli / 1000.0) : Json(nullptr);
   o["maxUtilizedCpu"] = round3(s.max_utilized_millicores / 1000.0);
   o["maxUtilizedMemoryInGB"] = round3(gib(s.max_utilized_memory_bytes));
@@ -43,6 +44,9 @@ Json serving_json(const profile::Profile& p) {
   o["totalQueries"] = s.total_queries;
   o["successQueries"] = s.success_queries;
   o["successRate"] = s.total_queries ? static_cast<double>(s.success_queries) / static_cast<double>(s.total_queries) : 0.0;
+  uint64_t timed_out = 0;
+  for (const auto& r : s.requests) timed_out += r.status == profile::ServingRequest::kTimedOut;
+  o["timed_out_queries"] = timed_out;
   o["outcome"] = s.outcome;
   o["error"] = s.error;
   o["url"] = s.url;
@@ -54,6 +58,7 @@ Json serving_json(const profile::Profile& p) {
   o["window_queries"] = n;
   o["late_starts"] = s.late_starts;
   o["timeout_ms"] = round3(ms(s.timeout_ns));
+  o["copy_bytes_per_request"] = round3(per(s.window_copy_bytes, n));
   o["available_cpu"] = round3(s.available_millicores / 1000.0);
   o["times_ms"] = {{"ready", rel(s.ready_ns)},       {"load_start", rel(s.load_start_ns)},
                    {"load_end", rel(s.load_end_ns)}, {"window_start", rel(s.window_start_ns)},

@@ -30,8 +30,14 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
                                 s.outcome);
   if (!s.error.empty()) out += "  " + clean(s.error) + "\n";
   const double rate = s.total_queries ? static_cast<double>(s.success_queries) / static_cast<double>(s.total_queries) : 0;
-  out += fmt::format("  queries {} total, {} succeeded (successRate {:.3f}); warmup {}, steady {}\n", s.total_queries,
-                     s.success_queries, rate, std::min<uint64_t>(s.warmup, s.total_queries), s.window_requests);
+  uint64_t timed_out = 0;
+  for (const auto& r : s.requests) timed_out += r.status == profile::ServingRequest::kTimedOut;
+  out += fmt::format("  queries {} total, {} succeeded (successRate {:.3f}){}; warmup {}, steady {}\n", s.total_queries,
+                     s.success_queries, rate, timed_out ? fmt::format(", {} timed out", timed_out) : "",
+                     std::min<uint64_t>(s.warmup, s.total_queries), s.window_requests);
+  if (s.ready_ns > 0 && p.run.start_ns > 0 && s.ready_ns >= p.run.start_ns)
+    out += fmt::format("  start-up: the service first answered {:.2f} s after the run started\n",
+                       (s.ready_ns - p.run.start_ns) / 1e9);
   out += fmt::format("  latency ms: average {:.2f}  p50 {:.2f}  p90 {:.2f}  p95 {:.2f}  p99 {:.2f}  p99.9 {:.2f}\n",
                      ms(s.average_latency_ns), ms(s.p50_ns), ms(s.p90_ns), ms(s.p95_ns), ms(s.p99_ns), ms(s.p999_ns));
   out += fmt::format("  throughput {:.1f} req/s{}\n", s.measured_qps_milli / 1000.0,
@@ -39,8 +45,11 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
   out += fmt::format("  used: max {:.2f} cores, max {:.3f} GiB RSS ({:.1f} cores available)\n",
                      s.max_utilized_millicores / 1000.0, s.max_utilized_memory_bytes / 1073741824.0,
                      s.available_millicores / 1000.0);
-  out += fmt::format("  recommended: requestedCpu {:.1f}, requestedMemoryInGB {:.2f}\n", s.requested_millicores / 1000.0,
-                     s.requested_memory_bytes / 1073741824.0);
+  if (s.requested_millicores > 0)
+    out += fmt::format("  recommended: requestedCpu {:.1f}, requestedMemoryInGB {:.2f}\n", s.requested_millicores / 1000.0,
+                       s.requested_memory_bytes / 1073741824.0);
+  else
+    out += "  recommended: none (the replay did not run to its end)\n";
   const uint64_t n = s.window_requests;
   if (n && !s.lines.empty()) {
     // By self (the innermost line of each sample): the lines that cost, not the frames around them.

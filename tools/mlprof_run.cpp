@@ -34,6 +34,7 @@
 #include "report/report.h"
 #include "tools/preload_variant.h"
 #include "tools/run_options.h"
+#include "tools/serving_resources.h"
 #include "tools/serving_session.h"
 
 extern char** environ;
@@ -76,22 +77,15 @@ std::string default_output(const std::vector<std::string>& cmd) {
 }
 
 // The CPUs the command can use, for the report's "more busy threads than CPUs" hint:
-// extra["cpus"] = CPUs in our affinity mask (else online), extra["cpu_quota"] = the cgroup v2
-// CPU limit (cpu.max quota / period) when one is set.
+// extra["cpus"] = CPUs in our affinity mask (else online), extra["cpu_quota"] = the cgroup CPU
+// limit (v2 cpu.max or v1 cpu.cfs_quota_us, tools::own_cgroup_cpu_quota) when one is set.
 void record_cpus(profile::RunInfo& run) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) cpus = CPU_COUNT(&set);
   if (cpus > 0) run.extra["cpus"] = fmt::format("{}", cpus);
-  std::ifstream cg("/proc/self/cgroup");
-  std::string line, path;
-  while (std::getline(cg, line))
-    if (line.rfind("0::", 0) == 0) path = line.substr(3);
-  std::ifstream max("/sys/fs/cgroup" + (path == "/" ? std::string() : path) + "/cpu.max");
-  std::string quota;
-  long long period = 0;
-  if (max >> quota >> period && quota != "max" && period > 0)
-    run.extra["cpu_quota"] = fmt::format("{:.2f}", std::atoll(quota.c_str()) / static_cast<double>(period));
+  const tools::CgroupQuota q = tools::own_cgroup_cpu_quota();
+  if (q.millicores > 0) run.extra["cpu_quota"] = fmt::format("{:.2f}", q.millicores / 1000.0);
 }
 
 std::string html_path_for(const std::string& profile) {

@@ -48,6 +48,24 @@ bool parse_byte_size(const std::string& text, uint64_t* out, std::string* why) {
   return true;
 }
 
+namespace {
+
+// A whole number in [lo, hi], checked on the text before CLI11 converts it (a "-1" would wrap to
+// 2^64 - 1 in an unsigned option); the message names the range.
+CLI::Validator whole_number(uint64_t lo, uint64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        bool digits = !text.empty() && text.size() <= 19;
+        for (char c : text) digits = digits && isdigit(static_cast<unsigned char>(c));
+        if (!digits || std::stoull(text) < lo || std::stoull(text) > hi)
+          return "'" + text + "' is not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+        return "";
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
+}  // namespace
+
 bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
   CLI::App app{
       "Profile a command and every process it starts, then write a profile and an HTML report.\n"
@@ -85,14 +103,14 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
   auto* url_opt = app.add_option("--url", sv.url, "Where the service answers, e.g. http://127.0.0.1:8080/score")
                       ->group(kServing);
   auto* conc_opt = app.add_option("--concurrency", sv.concurrency, "Closed loop: requests in flight (default 1)")
-                       ->group(kServing)->check(CLI::Range(1u, 1024u));
+                       ->group(kServing)->check(whole_number(1, 1024));
   auto* rps_opt = app.add_option("--rps", sv.rps, "Open loop: requests started per second, whatever the latency")
                       ->group(kServing)->check(CLI::Range(0.001, 1e6));
   auto* max_opt = app.add_option("--max-requests", sv.max_requests,
                                  "Send this many requests, cycling through the file (default: the file once)")
-                      ->group(kServing)->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+                      ->group(kServing)->check(whole_number(1, 100000000));
   auto* warm_opt = app.add_option("--warmup", sv.warmup, "The first K requests warm up: kept out of the steady state")
-                       ->group(kServing);
+                       ->group(kServing)->check(whole_number(0, 100000000));
   auto* ct_opt = app.add_option("--content-type", sv.content_type, "Content-Type of the requests")
                      ->group(kServing)->capture_default_str();
   auto* to_opt = app.add_option("--timeout", sv.timeout_s, "Seconds per request before it counts as failed")
@@ -146,8 +164,10 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
     if (sv.requests.empty() || sv.url.empty())
       return fail("the serving options need both --requests FILE (one POST body per line) and --url URL (where the "
                   "service answers)");
-    if (sv.url.rfind("http://", 0) != 0 && sv.url.rfind("https://", 0) != 0)
-      return fail("--url '" + sv.url + "' is not an http:// or https:// URL; give e.g. http://127.0.0.1:8080/score");
+    if (std::string why; !check_service_url(sv.url, &why))
+      return fail("--url '" + sv.url + "' cannot be used: " + why + "; give e.g. http://127.0.0.1:8080/score");
+    if (sv.content_type.empty())
+      return fail("--content-type is empty; give the media type of the request bodies, e.g. application/json");
     if (conc_opt->count() && rps_opt->count())
       return fail("--concurrency (closed loop) and --rps (open loop) contradict each other; use one");
     if (max_opt->count() && sv.warmup >= sv.max_requests)

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <vector>
 
 namespace mlprof::tools {
 
@@ -26,6 +27,8 @@ std::string ms(int64_t ns) {
 }
 std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
+constexpr int64_t kMinShareCpuUs = 200000;
+
 }  // namespace
 
 std::map<std::string, std::string> thread_pool_env(char** env) {
@@ -38,8 +41,32 @@ std::map<std::string, std::string> thread_pool_env(char** env) {
   return out;
 }
 
+std::map<std::string, std::string> thread_pool_env_block(const std::string& block) {
+  std::vector<std::string> vars;
+  for (size_t i = 0; i < block.size();) {
+    size_t end = block.find('\0', i);
+    if (end == std::string::npos) end = block.size();
+    vars.push_back(block.substr(i, end - i));
+    i = end + 1;
+  }
+  std::vector<char*> env;
+  for (auto& v : vars) env.push_back(v.data());
+  env.push_back(nullptr);
+  return thread_pool_env(env.data());
+}
+
+void merge_thread_env(std::map<std::string, std::string>* into, const std::map<std::string, std::string>& from) {
+  for (const auto& [k, v] : from) {
+    auto it = into->find(k);
+    if (it == into->end() || strtol(v.c_str(), nullptr, 10) > strtol(it->second.c_str(), nullptr, 10)) (*into)[k] = v;
+  }
+}
+
 std::vector<std::string> serving_advice(const profile::Profile& p, const profile::Serving& s, const WindowCpu& w) {
   std::vector<std::string> out;
+  // The share rules (interpreter, matrix products, garbage collector) need enough samples in the
+  // window: below kMinShareCpuUs of CPU (~20 samples at 100 Hz) a share is one or two samples.
+  const bool enough = w.total_us >= kMinShareCpuUs;
   const int64_t span = s.window_end_ns - s.window_start_ns;
   const double avail = s.available_millicores / 1000.0;
 
@@ -58,9 +85,12 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
         "are available: the threads compete for CPU and latency suffers; limit the thread pools (OMP_NUM_THREADS, "
         "MKL_NUM_THREADS, torch.set_num_threads) so threads x processes stays at or below {}.",
         busy, nproc, cores(s.available_millicores), cores(s.available_millicores)));
+  // A pool variable matters when a pool runs: matrix products in the window, or more busy threads
+  // than processes.
+  const bool pools_busy = w.matmul_us > 0 || static_cast<size_t>(busy) > nproc;
   for (const auto& [var, value] : s.thread_env) {
     long n = strtol(value.c_str(), nullptr, 10);
-    if (n > 0 && s.available_millicores > 0 && static_cast<double>(n) * nproc > avail)
+    if (n > 0 && pools_busy && s.available_millicores > 0 && static_cast<double>(n) * nproc > avail)
       out.push_back(fmt::format("{}={} x {} process(es) = {} threads for {} available cores: lower {} to {}.", var,
                                 value, nproc, n * static_cast<long>(nproc), cores(s.available_millicores), var,
                                 std::max<long>(1, static_cast<long>(avail / nproc))));
@@ -72,31 +102,34 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
         "{} / {}.",
         nproc, cores(s.available_millicores), nproc));
 
-  if (w.total_us > 0 && w.interpreter_us * 2 >= w.total_us)
+  if (w.total_us > 0 && !enough)
+    out.push_back(fmt::format(
+        "The steady state holds only {:.0f} ms of sampled CPU ({} requests): too little to say what share of it the "
+        "interpreter, matrix products or the garbage collector take; replay more requests (--max-requests) for that "
+        "advice.",
+        w.total_us / 1000.0, s.window_requests));
+  if (enough && w.interpreter_us * 2 >= w.total_us)
     out.push_back(fmt::format(
         "{} of the steady-state CPU ({} ms per request) runs in the Python interpreter: batch requests or vectorize "
         "the per-request Python code (the per-line table shows which lines).",
         pct(w.interpreter_us, w.total_us),
         fmt::format("{:.2f}", s.window_requests ? w.interpreter_us / 1000.0 / s.window_requests : 0.0)));
-  if (w.total_us > 0 && w.matmul_us * 10 >= w.total_us * 3)
+  if (enough && w.matmul_us * 10 >= w.total_us * 3)
     out.push_back(fmt::format(
         "{} of the steady-state CPU is in matrix products (BLAS/GEMM frames): the service is compute-bound in the "
         "model; quantization (int8) or a smaller model would cut it.",
         pct(w.matmul_us, w.total_us)));
-  const uint32_t copy = p.metric("copy-bytes");
-  if (copy != profile::kNone && s.total_queries > 0) {
-    int64_t bytes = 0;
-    for (auto& sv : p.stack_values) bytes += sv.values.at(copy);
-    const double per = static_cast<double>(bytes) / static_cast<double>(s.total_queries);
+  if (s.window_requests > 0) {
+    const double per = static_cast<double>(s.window_copy_bytes) / static_cast<double>(s.window_requests);
     if (per >= 1048576.0)
       out.push_back(fmt::format(
-          "The service copied {} per request ({} over the run, memcpy/memmove): look for conversions between "
-          "lists, arrays and tensors, and copies of the input (see copy-bytes in the report).",
-          mib(per), mib(static_cast<double>(bytes))));
+          "The service copied {} per request in the steady state (memcpy/memmove, sampled): look for conversions "
+          "between lists, arrays and tensors, and copies of the input (see copy-bytes in the report).",
+          mib(per)));
   }
   if (s.p50_ns > 0 && s.p99_ns >= 3 * s.p50_ns) {
     std::string why;
-    if (w.total_us > 0 && w.gc_us * 20 >= w.total_us)
+    if (enough && w.gc_us * 20 >= w.total_us)
       why = fmt::format(" {} of the steady-state CPU is in the Python garbage collector: pauses there are a "
                         "likely cause (gc.freeze() after loading the model, or fewer temporary objects).",
                         pct(w.gc_us, w.total_us));
@@ -112,7 +145,7 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
     out.push_back(fmt::format("The service used up to {} of the {} available cores: it is CPU-bound at this load; "
                               "more cores or less CPU per request raise throughput.",
                               cores(s.max_utilized_millicores), cores(s.available_millicores)));
-  if (s.requested_millicores > s.available_millicores && s.available_millicores > 0)
+  if (s.requested_millicores > s.available_millicores && s.available_millicores > 0)  // 0: no recommendation
     out.push_back(fmt::format("The recommended {} cores exceed the {} available here: the measured peak may be "
                               "capped by this machine; measure on a larger one before sizing.",
                               cores(s.requested_millicores), cores(s.available_millicores)));

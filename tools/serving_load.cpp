@@ -70,12 +70,14 @@ ReadyResult wait_ready(const std::string& url, double timeout_s, const std::atom
     CURLcode rc = curl_easy_perform(h);
     long code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    if (rc == CURLE_OK && code > 0) {
+    // 503 Service Unavailable is a server saying it is not ready yet (a model still loading
+    // behind a listening socket); any other answer means it is.
+    if (rc == CURLE_OK && code > 0 && code != 503) {
       r.ready = true;
       r.ready_ns = clock_ns();
       break;
     }
-    r.last_error = errbuf[0] ? errbuf : curl_easy_strerror(rc);
+    r.last_error = rc == CURLE_OK ? "HTTP 503 Service Unavailable" : errbuf[0] ? errbuf : curl_easy_strerror(rc);
     const int64_t t = clock_ns();
     if (t >= deadline) break;
     const int64_t wait = std::min<int64_t>(deadline - t, std::max<int64_t>(0, 100000000 - (t - t0)));
@@ -148,7 +150,9 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
       r.latency_ns = std::min<int64_t>(static_cast<int64_t>(total_us) * 1000, t - r.start_ns);
     else
       r.latency_ns = t - r.start_ns;
-    r.status = rc == CURLE_OK ? static_cast<int32_t>(code) : 0;
+    r.status = rc == CURLE_OK                     ? static_cast<int32_t>(code)
+               : rc == CURLE_OPERATION_TIMEDOUT ? profile::ServingRequest::kTimedOut
+                                                : 0;
     if (rc != CURLE_OK && res.first_error.empty()) res.first_error = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
     // A failed transfer may mean the service is gone: stop at once rather than burn through the
     // rest of the requests on refused connections.

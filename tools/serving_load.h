@@ -26,7 +26,8 @@ struct ReadyResult {
   bool stopped = false;    // `stop` ended the wait
 };
 
-// Polls `url` (GET, any HTTP response counts, 1 s per attempt) every 100 ms for up to timeout_s.
+// Polls `url` (GET, 1 s per attempt) every 100 ms for up to timeout_s: any HTTP response but 503
+// (Service Unavailable: still loading) means ready.
 ReadyResult wait_ready(const std::string& url, double timeout_s, const std::atomic<bool>& stop, pid_t service_pid = 0);
 
 // Whether child `pid` has exited (without reaping it: the main thread does that).

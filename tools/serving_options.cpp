@@ -1,10 +1,38 @@
 #include "tools/serving_options.h"
 
+#include <curl/curl.h>
+#include <strings.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 
 namespace mlprof::tools {
+
+bool check_service_url(const std::string& url, std::string* why) {
+  CURLU* u = curl_url();
+  if (!u) {
+    *why = "libcurl could not parse it (out of memory)";
+    return false;
+  }
+  bool ok = false;
+  char* scheme = nullptr;
+  char* host = nullptr;
+  if (CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0); rc != CURLUE_OK) {
+    *why = curl_url_strerror(rc);  // "Port number was not a decimal number between 0 and 65535", ...
+  } else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK || !scheme ||
+             (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0)) {
+    *why = "it is not an http:// or https:// URL";
+  } else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host || !*host) {
+    *why = "it names no host";
+  } else {
+    ok = true;
+  }
+  curl_free(scheme);
+  curl_free(host);
+  curl_url_cleanup(u);
+  return ok;
+}
 
 bool read_request_bodies(const std::string& path, std::vector<std::string>* out, std::string* why) {
   std::ifstream f(path, std::ios::binary);

@@ -21,6 +21,10 @@ struct ServingOptions {
   bool enabled() const { return !requests.empty(); }
 };
 
+// Whether --url is one the load loop can use: parsed by libcurl's URL API, scheme http or https
+// (any case), a host, a numeric port if one is given. False with *why set (what is wrong).
+bool check_service_url(const std::string& url, std::string* why);
+
 // The request bodies: every non-empty line of the file (a trailing "\r" removed), in order.
 // False with *why set (a sentence naming the file) when it cannot be read or has no body.
 bool read_request_bodies(const std::string& path, std::vector<std::string>* out, std::string* why);

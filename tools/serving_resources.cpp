@@ -109,9 +109,20 @@ profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
 
 int64_t peak_millicores(const std::vector<profile::ServingResourcePoint>& pts, int64_t from, int64_t to,
                         int64_t window_ns) {
+  // Each point's CPU is what the tree used since the point before, so the points that cover
+  // [from, to] run from the last one at or before `from` to the first one at or after `to` (the
+  // poller's last point is taken just after the load's end: a load shorter than the poll period
+  // has no point inside it at all).
+  size_t lo = 0, hi = pts.size();
+  for (size_t i = 0; i < pts.size(); ++i) {
+    if (pts[i].t_ns <= from) lo = i;
+    if (pts[i].t_ns >= to) {
+      hi = i + 1;
+      break;
+    }
+  }
   std::vector<const profile::ServingResourcePoint*> in;
-  for (auto& p : pts)
-    if (p.t_ns >= from && p.t_ns <= to) in.push_back(&p);
+  for (size_t i = lo; i < hi; ++i) in.push_back(&pts[i]);
   if (in.size() < 2) return 0;
   const int64_t span = in.back()->t_ns - in.front()->t_ns;
   if (span <= 0) return 0;
@@ -139,32 +150,106 @@ int64_t parse_cpu_max(const std::string& line) {
   return q * 1000 / period;
 }
 
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  for (;;) {
+    const size_t j = s.find(sep, i);
+    out.push_back(s.substr(i, j == std::string::npos ? std::string::npos : j - i));
+    if (j == std::string::npos) return out;
+    i = j + 1;
+  }
+}
+
+struct CgroupMount {
+  std::string root, point;  // the hierarchy's directory mounted, and where
+  bool v2 = false;
+};
+
+// The directory of cgroup `path` under a mount, or "" when the mount does not show it.
+std::string cgroup_dir(const CgroupMount& m, const std::string& path) {
+  std::string rel = path;
+  if (m.root != "/") {
+    if (rel.compare(0, m.root.size(), m.root) != 0) return "";
+    rel = rel.substr(m.root.size());
+  }
+  if (rel == "/") rel.clear();
+  return m.point + rel;
+}
+
+}  // namespace
+
+CgroupQuota cgroup_cpu_quota(const std::string& cgroup, const std::string& mountinfo,
+                             const std::function<std::string(const std::string&)>& read) {
+  // mountinfo: "ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS"
+  std::vector<CgroupMount> v2, v1cpu;
+  std::istringstream mi(mountinfo);
+  for (std::string line; std::getline(mi, line);) {
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream left(line.substr(0, dash)), right(line.substr(dash + 3));
+    std::string id, parent, dev, root, point, fstype, src, opts;
+    if (!(left >> id >> parent >> dev >> root >> point) || !(right >> fstype >> src >> opts)) continue;
+    if (fstype == "cgroup2") v2.push_back({root, point, true});
+    if (fstype == "cgroup")
+      for (const auto& o : split(opts, ','))
+        if (o == "cpu") v1cpu.push_back({root, point, false});
+  }
+  if (v2.empty()) v2.push_back({"/", "/sys/fs/cgroup", true});  // no mountinfo: the usual place
+  CgroupQuota best;
+  auto consider = [&](int64_t q, const std::string& file) {
+    if (q > 0 && (best.millicores == 0 || q < best.millicores)) best = {q, file};
+  };
+  // "ID:CONTROLLERS:PATH": "0::PATH" is cgroup v2; a v1 line lists its controllers.
+  std::istringstream cg(cgroup);
+  for (std::string line; std::getline(cg, line);) {
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    bool cpu = false;
+    for (const auto& c : split(controllers, ',')) cpu = cpu || c == "cpu";
+    const bool is_v2 = line.compare(0, a, "0") == 0 && controllers.empty();
+    if (!is_v2 && !cpu) continue;
+    for (const CgroupMount& m : is_v2 ? v2 : v1cpu) {
+      std::string dir = cgroup_dir(m, path);
+      if (dir.empty()) continue;
+      for (;;) {  // the cgroup, then its ancestors up to the mount point
+        if (is_v2) {
+          consider(parse_cpu_max(read(dir + "/cpu.max")), dir + "/cpu.max");
+        } else {
+          const std::string quota = read(dir + "/cpu.cfs_quota_us"), period = read(dir + "/cpu.cfs_period_us");
+          const long long q = strtoll(quota.c_str(), nullptr, 10), p = strtoll(period.c_str(), nullptr, 10);
+          if (q > 0 && p > 0) consider(q * 1000 / p, dir + "/cpu.cfs_quota_us");
+        }
+        if (dir.size() <= m.point.size()) break;
+        dir = dir.substr(0, dir.rfind('/'));
+      }
+    }
+  }
+  return best;
+}
+
+CgroupQuota own_cgroup_cpu_quota() {
+  auto slurp = [](const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  return cgroup_cpu_quota(slurp("/proc/self/cgroup"), slurp("/proc/self/mountinfo"), slurp);
+}
+
 int64_t available_millicores(std::string* source) {
   cpu_set_t set;
   int64_t cpus = 0;
   if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
   if (cpus <= 0) cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
-  // cgroup v2: "0::/path" in /proc/self/cgroup; the quota of that cgroup and of its ancestors.
-  std::string rel;
-  {
-    std::ifstream f("/proc/self/cgroup");
-    std::string line;
-    while (std::getline(f, line))
-      if (line.rfind("0::", 0) == 0) rel = line.substr(3);
-  }
-  int64_t quota = 0;
-  for (std::string dir = rel;; dir = dir.substr(0, dir.rfind('/'))) {
-    std::ifstream f("/sys/fs/cgroup" + dir + "/cpu.max");
-    std::string line;
-    if (f && std::getline(f, line)) {
-      int64_t q = parse_cpu_max(line);
-      if (q > 0 && (quota == 0 || q < quota)) quota = q;
-    }
-    if (dir.empty() || dir == "/") break;
-  }
-  if (quota > 0 && quota < cpus * 1000) {
-    if (source) *source = "cgroup CPU quota (cpu.max)";
-    return quota;
+  const CgroupQuota q = own_cgroup_cpu_quota();
+  if (q.millicores > 0 && q.millicores < cpus * 1000) {
+    if (source) *source = "cgroup CPU quota (" + q.source + ")";
+    return q.millicores;
   }
   if (source) *source = "online CPUs";
   return cpus * 1000;

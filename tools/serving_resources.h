@@ -1,11 +1,13 @@
 // Resource use of the service, measured from outside: mlprof-run polls /proc for every process
 // below itself (the command and its descendants; orphans are reparented to mlprof-run, a child
-// subreaper) at ~10 Hz, and reads the CPUs the service may use (cgroup v2 cpu.max, affinity).
+// subreaper) at ~10 Hz, and reads the CPUs the service may use (cgroup v2 or v1 CPU quota,
+// affinity).
 // Independent of the preload, so the figures hold with --no-profile too.
 #pragma once
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +23,12 @@ class TreePoller {
   // One poll: CPU used by the tree since the first poll (sum over processes of their CPU growth
   // between polls, so processes that come and go count while seen), summed RSS, counts.
   profile::ServingResourcePoint poll(int64_t t_ns);
+  // The processes of the tree at the last poll.
+  std::vector<pid_t> pids() const {
+    std::vector<pid_t> out;
+    for (const auto& [pid, seen] : seen_) out.push_back(pid);
+    return out;
+  }
 
  private:
   struct Seen {
@@ -34,15 +42,29 @@ class TreePoller {
   bool polled_ = false;
 };
 
-// Peak CPU use in millicores over windows of at least window_ns, among points in [from, to]
-// (the whole span when it is shorter than one window). 0 with fewer than two points.
+// Peak CPU use in millicores over windows of at least window_ns, among the points that cover
+// [from, to]: from the last point at or before `from` to the first at or after `to` (the average
+// over that span when it is shorter than one window). 0 with fewer than two points.
 int64_t peak_millicores(const std::vector<profile::ServingResourcePoint>& pts, int64_t from, int64_t to,
                         int64_t window_ns = 1000000000);
 
-// CPUs this process may use, in millicores: the cgroup v2 quota (cpu.max "QUOTA PERIOD", of the
-// cgroup in /proc/self/cgroup) when set, else the CPUs in our affinity mask. *source says which.
+// CPUs this process may use, in millicores: the cgroup CPU quota (cgroup_cpu_quota) when it is
+// below the CPUs in our affinity mask, else those CPUs. *source says which.
 int64_t available_millicores(std::string* source);
 // Parses a cgroup v2 cpu.max line: quota / period in millicores, or 0 for "max" / garbage.
 int64_t parse_cpu_max(const std::string& line);
+
+// The smallest CPU quota, in millicores, of this process's cgroup and its ancestors, in cgroup v2
+// (cpu.max) and in a v1 cpu hierarchy (cpu.cfs_quota_us / cpu.cfs_period_us; -1 = none), found
+// from the texts of /proc/self/cgroup and /proc/self/mountinfo; `read` returns a file's contents
+// ("" when unreadable). 0 when no quota is set. *source names the file that set it.
+struct CgroupQuota {
+  int64_t millicores = 0;
+  std::string source;
+};
+CgroupQuota cgroup_cpu_quota(const std::string& cgroup, const std::string& mountinfo,
+                             const std::function<std::string(const std::string&)>& read);
+// The same for this process, from the real files (children inherit its cgroup).
+CgroupQuota own_cgroup_cpu_quota();
 
 }  // namespace mlprof::tools

@@ -4,6 +4,8 @@
 #include <time.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "common/clock.h"
 #include "tools/serving_advice.h"
@@ -64,11 +66,23 @@ void ServingSession::load_main() {
 
 // Every 100 ms from the service's start until the load ends, and once more when it ends: a load
 // shorter than the period (300 requests at 26,000/s) still has a first and a last point.
+// The thread-pool variables come from each service process's own environment (/proc/PID/environ:
+// as it was at the process's last exec, so `-- env OMP_NUM_THREADS=4 python3 serve.py` counts),
+// read at every poll (a process may exec again) and merged over every process seen.
 void ServingSession::poll_main(pid_t ancestor) {
   TreePoller poller(ancestor);
+  std::map<pid_t, std::map<std::string, std::string>> env_of;
   auto take = [&] {
     auto pt = poller.poll(clock_ns());
+    for (pid_t pid : poller.pids()) {
+      std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+      std::string block((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (!f.bad() && !block.empty()) env_of[pid] = thread_pool_env_block(block);
+    }
+    std::map<std::string, std::string> env;
+    for (const auto& [pid, e] : env_of) merge_thread_env(&env, e);
     std::lock_guard<std::mutex> g(points_mu_);
+    if (!env_of.empty()) thread_env_ = std::move(env);  // the service's own, no longer mlprof-run's
     points_.push_back(pt);
     if (points_.size() >= kMaxPoints) {  // keep every other point: the span stays covered
       size_t k = 0;
@@ -117,14 +131,6 @@ int ServingSession::finish(profile::Profile& prof) {
   const int64_t from = s.ready_ns ? s.ready_ns : s.load_start_ns;
   s.max_utilized_millicores = s.load_end_ns > from ? peak_millicores(s.resources, from, s.load_end_ns) : 0;
   for (auto& pt : s.resources) s.max_utilized_memory_bytes = std::max(s.max_utilized_memory_bytes, pt.rss_bytes);
-  Recommendation r = recommend(s.max_utilized_millicores, s.max_utilized_memory_bytes);
-  s.requested_millicores = r.millicores;
-  s.requested_memory_bytes = r.memory_bytes;
-  if (s.window_end_ns > s.window_start_ns) {
-    fill_window_lines(prof, s);
-    WindowCpu w = window_cpu(prof, s.window_start_ns, s.window_end_ns);
-    s.advice = serving_advice(prof, s, w);
-  }
 
   const int code = exit_code_.load();
   const std::string exit_desc = code > 128 ? fmt::format("was killed by signal {}", code - 128)
@@ -161,6 +167,18 @@ int ServingSession::finish(profile::Profile& prof) {
     s.outcome = "time-limit";
   } else {
     s.outcome = "completed";
+  }
+  // A recommendation only from a replay that ran to its end (or to --duration): the peaks of a
+  // run that failed say nothing about what the service needs (requested_* stay 0: none).
+  if (s.outcome == "completed" || s.outcome == "time-limit") {
+    Recommendation r = recommend(s.max_utilized_millicores, s.max_utilized_memory_bytes);
+    s.requested_millicores = r.millicores;
+    s.requested_memory_bytes = r.memory_bytes;
+  }
+  if (s.window_end_ns > s.window_start_ns) {
+    fill_window_lines(prof, s);
+    WindowCpu w = window_cpu(prof, s.window_start_ns, s.window_end_ns);
+    s.advice = serving_advice(prof, s, w);
   }
   if (!s.error.empty()) fprintf(stderr, "mlprof-run: %s\n", s.error.c_str());
   return rc;

@@ -47,7 +47,7 @@ class ServingSession {
   ServingOptions o_;
   double duration_s_;
   std::vector<std::string> bodies_;
-  std::map<std::string, std::string> thread_env_;
+  std::map<std::string, std::string> thread_env_;  // guarded by points_mu_ (mlprof-run's until a service process's is read)
   collector::MemWindow window_;
   std::atomic<bool> stop_{false}, stop_poll_{false}, done_{false}, interrupted_{false};
   std::atomic<bool> exited_{false};

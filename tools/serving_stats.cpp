@@ -11,7 +11,7 @@ void fill_latency_fields(profile::Serving& s) {
   for (auto& r : s.requests) s.success_queries += r.status >= 200 && r.status < 300;
   std::vector<int64_t> lat;
   for (size_t i = s.warmup; i < s.requests.size(); ++i)
-    if (s.requests[i].status != 0) lat.push_back(s.requests[i].latency_ns);
+    if (s.requests[i].status != 0) lat.push_back(s.requests[i].latency_ns);  // answered or timed out
   std::sort(lat.begin(), lat.end());
   long double sum = 0;
   for (int64_t v : lat) sum += v;

@@ -1,7 +1,8 @@
 // The cloud profile's latency and throughput fields from the recorded requests (docs/serving.md):
 // totalQueries / successQueries over every request sent (warmup included); latencies and
 // measuredQueriesPerSecond over the steady window (requests after the warmup) that got an HTTP
-// response. Percentiles are nearest-rank: the smallest recorded latency with at least q% of the
+// response or timed out (at the time they were given up, >= --timeout: a tail of timeouts shows
+// in p99 instead of vanishing from it); refused or reset connections have no latency. Percentiles are nearest-rank: the smallest recorded latency with at least q% of the
 // values at or below it (so every percentile is a latency that was actually measured).
 #pragma once
 #include <cstdint>

@@ -32,6 +32,19 @@ int64_t share(const Rows& r, const RowKey& k, uint32_t metric, uint32_t weight) 
 
 bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
 
+// Frames of mlprof's own preload (its allocator wrappers, its signal handler): not the service's
+// code; the per-request lines count them at the line that called them.
+std::vector<bool> own_modules(const profile::Profile& p) {
+  std::vector<bool> own(p.strings.size(), false);
+  for (const auto& f : p.frames) {
+    if (f.module == 0 || f.module >= own.size() || own[f.module]) continue;
+    const std::string& m = p.str(f.module);
+    const size_t slash = m.rfind('/');
+    own[f.module] = m.compare(slash == std::string::npos ? 0 : slash + 1, 17, "libmlprof_preload") == 0;
+  }
+  return own;
+}
+
 }  // namespace
 
 bool is_matmul_function(const std::string& name) {
@@ -89,6 +102,7 @@ void fill_window_lines(profile::Profile& p, profile::Serving& s, size_t max_line
   };
   std::map<std::tuple<uint32_t, uint32_t, uint32_t>, Acc> acc;  // file, line, function
   std::set<std::tuple<uint32_t, uint32_t, uint32_t>> seen;
+  const std::vector<bool> own = own_modules(p);
   for (auto& smp : p.samples) {
     if (smp.t_ns < s.window_start_ns || smp.t_ns >= s.window_end_ns || smp.stack >= p.stacks.size()) continue;
     const int64_t c = share(rows, {smp.thread, smp.stack}, cpu, smp.weight);
@@ -98,7 +112,7 @@ void fill_window_lines(profile::Profile& p, profile::Serving& s, size_t max_line
     bool self_done = false;
     for (size_t i = 0; i < frames.size(); ++i) {
       const auto& f = p.frames.at(frames[i]);
-      if (f.line == 0 || f.file == 0) continue;
+      if (f.line == 0 || f.file == 0 || (f.module < own.size() && own[f.module])) continue;
       auto key = std::make_tuple(f.file, f.line, f.function);
       if (!self_done) acc[key].self += c, self_done = true;  // the innermost line: code without line info below it counts here
       if (seen.insert(key).second) acc[key].total += c;

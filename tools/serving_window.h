@@ -27,6 +27,8 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns);
 // Fills s.lines (CPU per line in the window, most total first, at most max_lines). A sample's
 // "self" line is its innermost frame that has a line (native code without line information, a
 // BLAS kernel, counts at the line that called it); "total" counts every line of its stack once.
+// Frames of mlprof's preload (libmlprof_preload*.so: its allocator wrappers) are not lines of the
+// service: they count at the line that called them.
 void fill_window_lines(profile::Profile& p, profile::Serving& s, size_t max_lines = 300);
 
 // Function names the advice counts as matrix products (BLAS, oneDNN, PyTorch, numpy).

@@ -3,7 +3,8 @@
 //   MLPROF.charts.timeline(host, {
 //     series: [{name, unit, points: [[t_ns, value], ...], color?}],  // t_ns from the run's start
 //     height?: 180, yMin?: 0, yMax?: number, refLines?: [{value, label}],
-//     xMax?: ns (default: the last point), title?: text, step?: true (bucketed values) })
+//     xMax?: ns (default: the last point), title?: text, step?: true (bucketed values),
+//     marks?: [{t_ns, label}] (vertical dashed lines: events such as "ready") })
 //   MLPROF.charts.histogram(host, {values: [..] | bins: [{lo, hi, count}], unit, bins?: 30,
 //     height?: 160, title?, logX?: false})
 //   MLPROF.charts.strip(canvas, values0to100, {color?})      // tiny per-thread activity strip
@@ -127,6 +128,21 @@
         ctx.textAlign = "left";
         ctx.textBaseline = "bottom";
         ctx.fillText(r.label, pad.l + 4, Y(r.value) - 2);
+      });
+      (opt.marks || []).forEach(function (m, i) {
+        if (!(m.t_ns >= 0) || m.t_ns > xMax) return;
+        const x = Math.round(X(m.t_ns)) + 0.5;
+        ctx.save();
+        ctx.setLineDash([2, 3]);
+        ctx.strokeStyle = fg;
+        ctx.beginPath();
+        ctx.moveTo(x, pad.t);
+        ctx.lineTo(x, pad.t + H);
+        ctx.stroke();
+        ctx.restore();
+        ctx.textAlign = "left";
+        ctx.textBaseline = "top";
+        ctx.fillText(m.label, x + 3, pad.t + 2 + 12 * i);
       });
       series.forEach(function (s) {
         ctx.strokeStyle = s.color;

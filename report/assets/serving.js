@@ -29,11 +29,16 @@
     }));
 
     const rec = M.el("dl", { cls: "facts" });
-    fact(rec, "Recommended CPU", num(s.requestedCpu, 1) + " cores", "requestedCpu: peak cores used x 1.2, rounded up to 0.1 core (docs/serving.md)");
-    fact(rec, "Recommended memory", num(s.requestedMemoryInGB, 2) + " GiB", "requestedMemoryInGB: peak RSS x 1.2, rounded up to 0.25 GiB");
+    const none = "none: the replay did not run to its end";
+    fact(rec, "Recommended CPU", s.requestedCpu === null ? none : num(s.requestedCpu, 1) + " cores", "requestedCpu: peak cores used x 1.2, rounded up to 0.1 core (docs/serving.md)");
+    fact(rec, "Recommended memory", s.requestedMemoryInGB === null ? none : num(s.requestedMemoryInGB, 2) + " GiB", "requestedMemoryInGB: peak RSS x 1.2, rounded up to 0.25 GiB");
+    const t = s.times_ms || {};
+    if (t.ready !== null && t.ready !== undefined)
+      fact(rec, "Start-up", ms(t.ready) + " until the service first answered", "from the start of the run to the first HTTP answer on the URL (model loading)");
     fact(rec, "Peak CPU used", num(s.maxUtilizedCpu, 2) + " cores of " + num(s.available_cpu, 1) + " available", "maxUtilizedCpu: highest 1 s average of the service's process tree");
     fact(rec, "Peak memory used", num(s.maxUtilizedMemoryInGB, 3) + " GiB", "maxUtilizedMemoryInGB: highest RSS summed over the service's processes");
-    fact(rec, "Queries", s.successQueries + " of " + s.totalQueries + " succeeded (successRate " + num(s.successRate, 3) + ")");
+    fact(rec, "Queries", s.successQueries + " of " + s.totalQueries + " succeeded (successRate " + num(s.successRate, 3) + ")" +
+      (s.timed_out_queries ? "; " + s.timed_out_queries + " timed out" : ""));
     fact(rec, "Throughput", num(s.measuredQueriesPerSecond, 1) + " req/s (steady state)");
     fact(rec, "Latency", "average " + ms(s.averageLatencyInMs) + ", p50 " + ms(s.latencyPercentile50InMs) +
       ", p90 " + ms(s.latencyPercentile90InMs) + ", p95 " + ms(s.latencyPercentile95InMs) +
@@ -46,8 +51,14 @@
       host.appendChild(M.el("ul", { cls: "advice" }, s.advice.map(function (a) { return M.el("li", { text: a }); })));
     }
 
+    // The start-up's end and the steady window's start, on every chart over the run.
+    const marks = [];
+    if (t.ready !== null && t.ready !== undefined) marks.push({ t_ns: t.ready * MS, label: "ready" });
+    if (t.window_start !== null && t.window_start !== undefined && s.warmup_queries)
+      marks.push({ t_ns: t.window_start * MS, label: "steady state" });
     if (series && series.requests) {
       M.charts.timeline(host, {
+        marks: marks,
         title: "Latency over the run (by request start; " + num(series.bucket_ms, 0) + " ms buckets)",
         series: [
           { name: "p50", unit: "us", points: series.latency.map(function (b) { return [b[0], b[1]]; }) },
@@ -56,13 +67,15 @@
         xMax: data.timelines && data.timelines.duration_ns,
       });
       M.charts.timeline(host, {
+        marks: marks,
         title: "Throughput (completed requests per second)",
         series: [{ name: "req/s", unit: "count", points: series.throughput }], step: true,
         xMax: data.timelines && data.timelines.duration_ns,
       });
       if (series.histogram.length) {
         M.charts.histogram(host, {
-          title: "Latency histogram (" + series.answered + " answered requests)",
+          title: "Latency histogram (the " + series.steady + " steady-state requests with a latency" +
+            (s.timed_out_queries ? ", timeouts at the time they were given up" : "") + ")",
           bins: series.histogram,
           unit: "us",
         });
@@ -72,12 +85,14 @@
     const res = s.resources || [];
     if (res.length > 1) {
       M.charts.timeline(host, {
+        marks: marks,
         title: "Service CPU (process tree, measured from /proc)",
         series: [{ name: "cores", unit: "cores", points: res.map(function (r) { return [r.t_ms * MS, r.cpu_cores]; }) }],
         refLines: s.available_cpu ? [{ value: s.available_cpu, label: s.available_cpu + " CPUs available" }] : [],
         step: true, xMax: data.timelines && data.timelines.duration_ns,
       });
       M.charts.timeline(host, {
+        marks: marks,
         title: "Service memory (RSS summed over its processes)",
         series: [{ name: "RSS", unit: "bytes", points: res.map(function (r) { return [r.t_ms * MS, r.rss_bytes]; }) }],
         xMax: data.timelines && data.timelines.duration_ns,
@@ -95,7 +110,7 @@
       { title: "self ms/request", cls: "num", key: function (r) { return r.self_cpu_ms_per_request; }, text: function (r) { return num(r.self_cpu_ms_per_request, 3); } },
       { title: "function", cls: "name", key: function (r) { return r.function.toLowerCase(); }, text: function (r) { return r.function; } },
       { title: "location", cls: "loc", key: function (r) { return r.file + ":" + r.line; }, text: function (r) { return r.file ? r.file + ":" + r.line : ""; } },
-    ], per.lines, { sortIndex: 0, descending: true, showAll: false }).render();
+    ], per.lines, { sortIndex: 1, descending: true, showAll: false }).render();  // by self, like the text summary
 
     if (per.sites.length) {
       host.appendChild(M.el("h3", { text: "Memory per request, by allocation site (steady state)" }));
@@ -109,7 +124,7 @@
       ], per.sites, { sortIndex: 0, descending: true, showAll: false }).render();
     }
     M.test.serving = {
-      requests: series ? series.requests : 0, answered: series ? series.answered : 0,
+      requests: series ? series.requests : 0, answered: series ? series.answered : 0, steady: series ? series.steady : 0,
       histogram_total: series ? series.histogram.reduce(function (a, b) { return a + b.count; }, 0) : 0,
       buckets: series ? series.throughput.length : 0, lines: per.lines.length, sites: per.sites.length,
     };

@@ -215,9 +215,10 @@ async function main() {
           "serving facts show 270 of 300 succeeded, successRate 0.900 (" + facts.replace(/\s+/g, " ").slice(0, 200) + ")");
     check(/Recommended CPU/.test(facts) && /Recommended memory/.test(facts), "the recommendation is shown");
     const probe = await page.evaluate(() => window.MLPROF.test.serving);
-    check(probe && probe.requests === Number(args.requests) && probe.answered === 300 && probe.histogram_total === 300 &&
-          probe.buckets >= 10 && probe.buckets <= 120,
-          "every request is counted in the page's bucketed series, every answered one (HTTP 500 included) in the histogram (" + JSON.stringify(probe) + ")");
+    check(probe && probe.requests === Number(args.requests) && probe.answered === 300 && probe.steady === 280 &&
+          probe.histogram_total === 280 && probe.buckets >= 10 && probe.buckets <= 120,
+          "every request is counted in the page's bucketed series, every steady-state answered one (HTTP 500 included) in the histogram (" + JSON.stringify(probe) + ")");
+    check(/Start-up/.test(facts), "the start-up time is shown");
     const titles = await page.$$eval("#serving .chart-title", (t) => t.map((x) => x.textContent));
     check(titles.some((t) => /Latency over/.test(t)) && titles.some((t) => /histogram/.test(t)) &&
           titles.some((t) => /Throughput/.test(t)) && titles.some((t) => /Service memory/.test(t)),

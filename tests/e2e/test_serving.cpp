@@ -227,13 +227,63 @@ TEST(Serving, TimeoutFailsTheSlowRequestsOnly) {
       EXPECT_EQ(r.status, 200) << "request " << i;
       EXPECT_GE(r.latency_ns, 200000000) << "request " << i;
     } else {
-      EXPECT_EQ(r.status, 0) << "request " << i << " should have timed out";
+      EXPECT_EQ(r.status, profile::ServingRequest::kTimedOut) << "request " << i << " should have timed out";
       EXPECT_GE(r.latency_ns, 290000000) << "request " << i;
       EXPECT_LT(r.latency_ns, 390000000) << "request " << i << " outlived --timeout 0.3";
     }
   }
   EXPECT_EQ(sv.success_queries, 3u);
   EXPECT_EQ(sv.total_queries, 6u);
+  // The timeouts count in the latency figures at the time they were given up: half the requests
+  // took >= 0.3 s, and p99 says so (it had shown only the answered 0.2 s ones).
+  EXPECT_GE(sv.p99_ns, 290000000);
+  EXPECT_GE(sv.average_latency_ns, 240000000);
+  auto j = export_serving(s.run.path);
+  EXPECT_EQ(j["timed_out_queries"], 3);
+  EXPECT_EQ(j["requests"]["status"][1], -1);
+}
+
+// A load shorter than the resource poller's 100 ms period still gets its peak CPU: the points
+// around the load count (maxUtilizedCpu was 0 and requestedCpu fell to its 0.1 floor).
+TEST(Serving, AShortLoadStillMeasuresItsCpu) {
+  Served s = serve({"--max-requests", "16", "--duration", "60"}, {"--spin-us", "5000"});
+  ASSERT_TRUE(s.run.ok);
+  ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  ASSERT_EQ(sv.success_queries, 16u);
+  // 16 x 5 ms of CPU, one at a time: about one core while it runs, over a span of one or two polls.
+  EXPECT_GT(sv.max_utilized_millicores, 250) << "load " << (sv.load_end_ns - sv.load_start_ns) / 1e6 << " ms";
+  EXPECT_LT(sv.max_utilized_millicores, 1600);
+  EXPECT_GE(sv.requested_millicores * 10, sv.max_utilized_millicores * 12);
+  EXPECT_GE(sv.requested_millicores, 400);
+}
+
+// A server that listens before it can serve answers 503 meanwhile: not ready yet.
+TEST(Serving, A503MeansNotReadyYet) {
+  Served s = serve({"--max-requests", "10", "--duration", "60"}, {"--unready-ms", "800"});
+  ASSERT_TRUE(s.run.ok);
+  ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  EXPECT_EQ(sv.success_queries, 10u) << "requests were sent while the server still answered 503";
+  EXPECT_EQ(s.posts, 10);
+  ASSERT_GT(sv.ready_ns, 0);
+  EXPECT_GE(sv.ready_ns - s.run.profile.run.start_ns, 800000000);
+}
+
+// The thread-pool variables are the service's own (its environment at exec), not mlprof-run's.
+TEST(Serving, PoolVariablesComeFromTheServicesEnvironment) {
+  const std::string dir = scratch();
+  const int port = free_port();
+  Profiled r = profile_run({"/usr/bin/env", "OMP_NUM_THREADS=64", "MKL_NUM_THREADS=3", fixture("fixture_http_server"),
+                            std::to_string(port)},
+                           {"--requests", write_bodies(dir, 5), "--url", "http://127.0.0.1:" + std::to_string(port) + "/",
+                            "--duration", "60"});
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+  const auto& env = r.profile.serving.thread_env;
+  ASSERT_EQ(env.count("OMP_NUM_THREADS"), 1u);
+  EXPECT_EQ(env.at("OMP_NUM_THREADS"), "64");
+  EXPECT_EQ(env.at("MKL_NUM_THREADS"), "3");
 }
 
 TEST(Serving, OpenLoopNeverStartsEarly) {
@@ -265,6 +315,11 @@ TEST(Serving, ServiceThatNeverAnswersGivesAClearErrorAndAProfile) {
   EXPECT_EQ(sv.total_queries, 0u);
   EXPECT_EQ(s.posts, 0) << "the server was stopped by SIGTERM and wrote its count";
   EXPECT_FALSE(s.run.profile.processes.empty()) << "the service's start-up was profiled";
+  // No recommendation from a run that never served.
+  EXPECT_EQ(sv.requested_millicores, 0);
+  auto j = export_serving(s.run.path);
+  EXPECT_TRUE(j["requestedCpu"].is_null());
+  EXPECT_TRUE(j["requestedMemoryInGB"].is_null());
 }
 
 TEST(Serving, ServiceThatDiesMidRunGivesAClearErrorAndAProfile) {
@@ -337,6 +392,22 @@ TEST(Serving, OptionMistakesAreRefusedBeforeAnythingRuns) {
   r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--rps", "5", "--concurrency", "2", "--", "true"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("contradict"), std::string::npos) << r.err;
+  // URLs libcurl cannot use are refused at once (they used to wait the whole --ready-timeout).
+  for (const char* url : {"http://", "http://127.0.0.1:notaport/"}) {
+    r = run({MLPROF_RUN, "--requests", "x", "--url", url, "--", "true"});
+    EXPECT_EQ(r.exit_code, 2) << url;
+    EXPECT_NE(r.err.find("cannot be used"), std::string::npos) << r.err;
+  }
+  // Numbers: a negative or non-numeric count says what it wants.
+  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--warmup", "-1", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("'-1' is not a whole number from 0"), std::string::npos) << r.err;
+  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--concurrency", "abc", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("'abc' is not a whole number from 1 to 1024"), std::string::npos) << r.err;
+  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--content-type", "", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--content-type is empty"), std::string::npos) << r.err;
 }
 
 // The example service (examples/serve_http.py, scikit-learn from apt) through --requests, with its

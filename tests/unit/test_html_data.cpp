@@ -353,15 +353,19 @@ TEST(HtmlServing, RequestsAreBucketedNotEmbeddedOneByOne) {
   s.present = true;
   s.load_start_ns = p.run.start_ns + 100'000'000;  // the load runs 100 ms .. 1100 ms of the run
   s.load_end_ns = s.load_start_ns + 1'000'000'000;
-  // 1000 requests, one per ms; latency 1 ms except every 100th (10 ms); every 10th fails (status 0).
+  // 1000 requests, one per ms; latency 1 ms except every 100th (10 ms); every 10th fails (status 0)
+  // but request 501, which timed out at 50 ms. The first 100 are warmup.
+  s.warmup = 100;
   for (int i = 0; i < 1000; ++i) {
     const bool slow = i % 100 == 99;
     s.requests.push_back({s.load_start_ns + i * 1'000'000LL, slow ? 10'000'000LL : 1'000'000LL, i % 10 == 3 ? 0 : 200});
   }
+  s.requests[503] = {s.load_start_ns + 503 * 1'000'000LL, 50'000'000LL, mlprof::profile::ServingRequest::kTimedOut};
   const json series = report::serving_series(p);
   ASSERT_TRUE(series.is_object());
   EXPECT_EQ(series["requests"], 1000);
-  EXPECT_EQ(series["answered"], 900);
+  EXPECT_EQ(series["answered"], 901);  // 900 answers and the timeout
+  EXPECT_EQ(series["steady"], 811);    // the same after the 100 warmup requests (90 answered)
   // 1000 / 20 = 50 buckets of 20 ms from t = 100 ms.
   EXPECT_DOUBLE_EQ(series["bucket_ms"].get<double>(), 20.0);
   EXPECT_DOUBLE_EQ(series["t0_ms"].get<double>(), 100.0);
@@ -378,12 +382,13 @@ TEST(HtmlServing, RequestsAreBucketedNotEmbeddedOneByOne) {
   for (const auto& b : series["throughput"]) completed += b[1].get<double>() * 0.020;
   EXPECT_NEAR(completed, 1000.0, 1e-6);
   EXPECT_DOUBLE_EQ(series["throughput"][1][1].get<double>(), 1000.0);
-  // The histogram counts every answered request once: 890 fast, 10 slow (i % 100 == 99 never fails).
+  // The histogram counts every steady request with a latency once: 801 fast, 9 slow (i % 100 ==
+  // 99 never fails) and the 50 ms timeout, the last bin.
   uint64_t total = 0;
   for (const auto& b : series["histogram"]) total += b["count"].get<uint64_t>();
-  EXPECT_EQ(total, 900u);
-  EXPECT_EQ(series["histogram"].front()["count"], 890);
-  EXPECT_EQ(series["histogram"].back()["count"], 10);
+  EXPECT_EQ(total, 811u);
+  EXPECT_EQ(series["histogram"].front()["count"], 801);
+  EXPECT_EQ(series["histogram"].back()["count"], 1);
   // The page's data carries the series, not the 1000 requests.
   const json d = report::report_data(p);
   EXPECT_FALSE(d["serving"].contains("requests"));

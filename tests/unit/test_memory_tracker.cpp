@@ -108,11 +108,18 @@ TEST(MemoryTracker, SampledCountsAreInverseProbabilities) {
 
 TEST(MemoryTracker, CopiesAddToTheirSite) {
   MemoryTracker t;
-  t.copy(0, 3, 1 << 20);
-  t.copy(0, 3, 1 << 20);
-  t.copy(1, 3, 5);
+  mlprof::collector::MemWindow w;
+  w.start_ns.store(100);
+  w.end_ns.store(200);
+  t.set_window(&w);
+  t.copy(0, 3, 50, 1 << 20);
+  t.copy(0, 3, 150, 1 << 20);
+  t.copy(1, 3, 199, 5);
   auto s = by_stack(t);
   EXPECT_EQ(s[3].copy, (2 << 20) + 5);
+  int64_t in_window = 0;  // the copies at 150 and 199 ns, not the one before the window
+  for (const auto& site : t.sites()) in_window += site.win_copy_bytes;
+  EXPECT_EQ(in_window, (1 << 20) + 5);
   EXPECT_EQ(s[3].alloc, 0);
   EXPECT_EQ(t.heap_bytes(), 0);
 }

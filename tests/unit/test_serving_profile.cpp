@@ -60,7 +60,8 @@ Profile serving_profile() {
   s.requested_memory_bytes = int64_t{5} << 28;
   s.thread_env = {{"OMP_NUM_THREADS", "4"}};
   s.advice = {"an advice <b>"};
-  s.requests = {{1100, 300, 200}, {1500, 100, 200}, {1600, 100, 500}};
+  s.requests = {{1100, 300, 200}, {1500, 100, 200}, {1600, 100, 500}, {1700, 400, ServingRequest::kTimedOut}};
+  s.window_copy_bytes = 3 << 20;
   s.resources = {{1000, 0, 1 << 20, 1, 3}, {1100, 50, 2 << 20, 2, 5}};
   s.sites = {{1, 5000, 5, 2500}};
   return p;
@@ -139,7 +140,10 @@ TEST(ServingJson, CloudFieldsUnderTheirNames) {
   EXPECT_DOUBLE_EQ(s["latencyPercentile50InMs"].get<double>(), 2.0);
   EXPECT_EQ(s["totalQueries"], 6);
   EXPECT_DOUBLE_EQ(s["successRate"].get<double>(), 1.0);
-  EXPECT_EQ(s["requests"]["status"].size(), 3u);
+  EXPECT_EQ(s["requests"]["status"].size(), 4u);
+  EXPECT_EQ(s["requests"]["status"][3], -1);
+  EXPECT_EQ(s["timed_out_queries"], 1);
+  EXPECT_DOUBLE_EQ(s["copy_bytes_per_request"].get<double>(), (3 << 20) / 5.0);
   EXPECT_EQ(s["per_request"]["sites"][0]["retained_bytes_per_request"], 500.0);
   EXPECT_EQ(s["per_request"]["sites"][0]["alloc_bytes_per_request"], 1000.0);
 }

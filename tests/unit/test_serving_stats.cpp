@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "tools/serving_advice.h"
@@ -124,6 +125,14 @@ TEST(ServingResources, PeakCoresOverOneSecondWindows) {
   // Shorter than a window: the average over the span.
   EXPECT_EQ(peak_millicores(pts, 2000000000, 2500000000), 2000);
   EXPECT_EQ(peak_millicores({}, 0, 1), 0);
+  // A load shorter than the poll period, between two points: the points around it count (it had
+  // no point inside, and the figure was 0).
+  EXPECT_EQ(peak_millicores(pts, 2230000000, 2270000000), 2000);
+  EXPECT_EQ(peak_millicores(pts, 1230000000, 1270000000), 500);
+  // The poller's last point comes just after the load's end.
+  std::vector<profile::ServingResourcePoint> short_load = {{0, 0, 0, 1, 1}, {100000000, 80000000, 0, 1, 1},
+                                                          {128000000, 100000000, 0, 1, 1}};
+  EXPECT_EQ(peak_millicores(short_load, 5000000, 122000000), 781);  // 100 ms of CPU over 128 ms
 }
 
 TEST(ServingResources, CgroupCpuMax) {
@@ -135,6 +144,57 @@ TEST(ServingResources, CgroupCpuMax) {
   std::string src;
   EXPECT_GT(available_millicores(&src), 0);
   EXPECT_FALSE(src.empty());
+}
+
+TEST(ServingResources, CgroupQuotaInV1AndV2Hierarchies) {
+  std::map<std::string, std::string> files;
+  auto read = [&](const std::string& path) { return files.count(path) ? files[path] : std::string(); };
+  // cgroup v1 as on this project's VM (cpu on its own hierarchy) with a quota on a parent:
+  // 150000 / 100000 = 1.5 cores.
+  const std::string v1_cgroup = "9:name=systemd:/\n4:memory:/x\n2:cpuacct:/\n1:cpu:/svc/job\n0::/\n";
+  const std::string v1_mounts =
+      "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+      "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+      "33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct\n";
+  files["/sys/fs/cgroup/cpu/svc/job/cpu.cfs_quota_us"] = "-1\n";
+  files["/sys/fs/cgroup/cpu/svc/job/cpu.cfs_period_us"] = "100000\n";
+  files["/sys/fs/cgroup/cpu/svc/cpu.cfs_quota_us"] = "150000\n";
+  files["/sys/fs/cgroup/cpu/svc/cpu.cfs_period_us"] = "100000\n";
+  CgroupQuota q = cgroup_cpu_quota(v1_cgroup, v1_mounts, read);
+  EXPECT_EQ(q.millicores, 1500);
+  EXPECT_EQ(q.source, "/sys/fs/cgroup/cpu/svc/cpu.cfs_quota_us");
+  // A container whose cpu,cpuacct hierarchy is mounted at its own cgroup (root /docker/c1).
+  files.clear();
+  files["/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"] = "50000";
+  files["/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us"] = "100000";
+  q = cgroup_cpu_quota("3:cpu,cpuacct:/docker/c1\n",
+                       "40 31 0:33 /docker/c1 /sys/fs/cgroup/cpu,cpuacct ro - cgroup cgroup rw,cpu,cpuacct\n", read);
+  EXPECT_EQ(q.millicores, 500);
+  // cgroup v2: the smallest cpu.max on the way up wins; "max" is no limit.
+  files.clear();
+  files["/sys/fs/cgroup/a/b/cpu.max"] = "max 100000\n";
+  files["/sys/fs/cgroup/a/cpu.max"] = "300000 100000\n";
+  files["/sys/fs/cgroup/cpu.max"] = "400000 100000\n";
+  q = cgroup_cpu_quota("0::/a/b\n", "29 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", read);
+  EXPECT_EQ(q.millicores, 3000);
+  EXPECT_EQ(q.source, "/sys/fs/cgroup/a/cpu.max");
+  // No quota anywhere.
+  files.clear();
+  EXPECT_EQ(cgroup_cpu_quota(v1_cgroup, v1_mounts, read).millicores, 0);
+}
+
+TEST(ServingOptions, UrlsAreCheckedBeforeAnythingRuns) {
+  std::string why;
+  EXPECT_TRUE(check_service_url("http://127.0.0.1:8080/score", &why)) << why;
+  EXPECT_TRUE(check_service_url("HTTP://localhost/score", &why)) << why;
+  EXPECT_TRUE(check_service_url("https://[::1]:8443/", &why)) << why;
+  EXPECT_FALSE(check_service_url("http://", &why));
+  EXPECT_FALSE(why.empty());
+  EXPECT_FALSE(check_service_url("http://127.0.0.1:notaport/", &why));
+  EXPECT_NE(why.find("ort"), std::string::npos) << why;  // libcurl's "Port number was not a decimal number ..."
+  EXPECT_FALSE(check_service_url("ftp://127.0.0.1/", &why));
+  EXPECT_NE(why.find("http://"), std::string::npos) << why;
+  EXPECT_FALSE(check_service_url("127.0.0.1:8080", &why));
 }
 
 TEST(ServingResources, PollerSumsTheTreeBelowTheAncestor) {
@@ -197,17 +257,122 @@ TEST(ServingAdvice, ThreadPoolEnvironment) {
   EXPECT_EQ(m.size(), 2u);
   EXPECT_EQ(m["OMP_NUM_THREADS"], "8");
   EXPECT_EQ(m["MKL_NUM_THREADS"], "2");
-  // 8 threads x 1 process for 2 cores: the advice names the variable and the numbers.
+  // From a /proc/PID/environ block; two processes' values merge to the larger.
+  auto blk = thread_pool_env_block(std::string("PATH=/bin\0OMP_NUM_THREADS=3\0MKL_NUM_THREADS=1\0", 45));
+  EXPECT_EQ(blk.size(), 2u);
+  EXPECT_EQ(blk["OMP_NUM_THREADS"], "3");
+  merge_thread_env(&blk, m);
+  EXPECT_EQ(blk["OMP_NUM_THREADS"], "8");
+  EXPECT_EQ(blk["MKL_NUM_THREADS"], "2");
+  // 8 threads x 1 process for 2 cores, and the pools run (matrix products in the window): the
+  // advice names the variable and the numbers.
   profile::Profile p;
   profile::Serving s;
   s.thread_env = m;
   s.available_millicores = 2000;
   s.window_start_ns = 0;
   s.window_end_ns = 1000000000;
-  auto advice = serving_advice(p, s, WindowCpu{});
+  WindowCpu w;
+  w.matmul_us = 1000;
+  auto advice = serving_advice(p, s, w);
   ASSERT_FALSE(advice.empty());
   bool found = false;
   for (auto& x : advice) found = found || (x.find("OMP_NUM_THREADS=8") != std::string::npos && x.find("2.0") != std::string::npos);
   EXPECT_TRUE(found) << advice[0];
   for (auto& x : advice) EXPECT_EQ(x.find("MKL_NUM_THREADS=2"), std::string::npos) << "2 threads fit in 2 cores: " << x;
+  // No pool at work (no matrix product, one busy thread per process): the variable is moot.
+  for (auto& x : serving_advice(p, s, WindowCpu{})) EXPECT_EQ(x.find("OMP_NUM_THREADS=8"), std::string::npos) << x;
+}
+
+namespace {
+
+bool said(const std::vector<std::string>& advice, const std::string& needle) {
+  for (auto& a : advice)
+    if (a.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+// A one-second steady window of 100 requests on 2 cores, with its CPU split as given.
+struct AdviceCase {
+  profile::Profile p;
+  profile::Serving s;
+  WindowCpu w;
+  AdviceCase() {
+    s.available_millicores = 2000;
+    s.window_start_ns = 0;
+    s.window_end_ns = 1000000000;
+    s.window_requests = 100;
+    s.p50_ns = s.p99_ns = 2000000;
+    s.requested_millicores = 1200;
+    s.max_utilized_millicores = 1000;
+    w.total_us = 500000;
+    w.native_us = 500000;
+  }
+  std::vector<std::string> advice() const { return serving_advice(p, s, w); }
+};
+
+}  // namespace
+
+TEST(ServingAdvice, EachRuleFiresAtItsThresholdAndNotBelow) {
+  {  // a quiet case says nothing
+    AdviceCase c;
+    EXPECT_TRUE(c.advice().empty()) << c.advice().front();
+  }
+  {  // oversubscription: 3 threads busy (>= 0.1 core each) in one process for 2 cores
+    AdviceCase c;
+    c.p.threads = {{0, 1, "a", 0, 0}, {0, 2, "b", 0, 0}, {0, 3, "c", 0, 0}};
+    c.w.per_thread_us = {{0, 300000}, {1, 200000}, {2, 100000}};
+    EXPECT_TRUE(said(c.advice(), "3 threads were busy")) << ::testing::PrintToString(c.advice());
+    c.w.per_thread_us[2] = 99000;  // under 0.1 core: 2 busy threads fit
+    EXPECT_FALSE(said(c.advice(), "threads were busy"));
+  }
+  {  // interpreter share >= 50%
+    AdviceCase c;
+    c.w.interpreter_us = 250000;
+    EXPECT_TRUE(said(c.advice(), "50% of the steady-state CPU"));
+    c.w.interpreter_us = 249000;
+    EXPECT_FALSE(said(c.advice(), "Python interpreter"));
+  }
+  {  // matrix products >= 30%
+    AdviceCase c;
+    c.w.matmul_us = 150000;
+    EXPECT_TRUE(said(c.advice(), "matrix products"));
+    c.w.matmul_us = 149000;
+    EXPECT_FALSE(said(c.advice(), "quantization"));
+  }
+  {  // too few samples: no share advice, a sentence saying why
+    AdviceCase c;
+    c.w.total_us = c.w.interpreter_us = c.w.matmul_us = 150000;
+    auto a = c.advice();
+    EXPECT_TRUE(said(a, "only 150 ms of sampled CPU (100 requests)")) << ::testing::PrintToString(a);
+    EXPECT_FALSE(said(a, "Python interpreter"));
+    EXPECT_FALSE(said(a, "quantization"));
+  }
+  {  // copies: >= 1 MiB per steady-state request
+    AdviceCase c;
+    c.s.window_copy_bytes = 100LL << 20;
+    EXPECT_TRUE(said(c.advice(), "copied 1.0 MiB per request in the steady state"));
+    c.s.window_copy_bytes -= 100;
+    EXPECT_FALSE(said(c.advice(), "copied"));
+  }
+  {  // a long tail (p99 >= 3 x p50) and its likely cause
+    AdviceCase c;
+    c.s.p99_ns = 6000000;
+    EXPECT_TRUE(said(c.advice(), "--mode wall"));
+    c.w.lock_wait_us = 40000;
+    EXPECT_TRUE(said(c.advice(), "waited 40 ms on locks"));
+    c.w.gc_us = 25000;  // 5% of the window's CPU
+    EXPECT_TRUE(said(c.advice(), "garbage collector"));
+    c.s.p99_ns = 5999999;
+    EXPECT_FALSE(said(c.advice(), "latency tail"));
+  }
+  {  // CPU-bound: the peak >= 90% of the cores; a recommendation above them
+    AdviceCase c;
+    c.s.max_utilized_millicores = 1800;
+    c.s.requested_millicores = 2200;
+    EXPECT_TRUE(said(c.advice(), "CPU-bound"));
+    EXPECT_TRUE(said(c.advice(), "recommended 2.2 cores exceed"));
+    c.s.requested_millicores = 0;  // no recommendation (the replay did not complete): nothing to compare
+    EXPECT_FALSE(said(c.advice(), "recommended"));
+  }
 }
