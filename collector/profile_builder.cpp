@@ -607,7 +607,9 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
     if (opts.command_pid != 0 && proc.pid == opts.command_pid && proc.end_reason == profile::EndReason::kTruncated &&
         proc.exit_status < 0)
       proc.exit_status = run.exit_status;
-    if (proc.end_reason == profile::EndReason::kTruncated && !(opts.stopped_pid != 0 && proc.pid == opts.stopped_pid))
+    if (proc.end_reason == profile::EndReason::kTruncated && opts.stopped_pids.count(proc.pid))
+      proc.end_reason = profile::EndReason::kStopped;  // on purpose, after a flush: not a crash
+    if (proc.end_reason == profile::EndReason::kTruncated)
       p.warnings.push_back(fmt::format("process {} ({}) ended without a clean end of its event stream (killed or crashed): "
                                        "its profile holds what was collected until then",
                                        proc.pid, proc.argv.empty() ? proc.exe : proc.argv[0]));

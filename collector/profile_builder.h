@@ -2,6 +2,7 @@
 // symbolized stacks across threads and processes, links parents and exec chains, and computes
 // the per-function and per-line tables.
 #pragma once
+#include <set>
 #include <vector>
 
 #include "collector/stream_decoder.h"
@@ -14,10 +15,11 @@ struct BuildOptions {
   // Sum the trackers' window figures (MemoryTracker::set_window) per profile stack into
   // Profile::serving.sites (mlprof-run --requests); serving.present is left to the caller.
   bool memory_window = false;
-  // The command's process, when mlprof-run itself stopped it (--duration, end of the serving load:
-  // a flush of every stream, then SIGTERM): its stream ending without END is expected, not a
-  // warning (RunInfo::extra["stopped_by"] says how it was stopped). 0: none.
-  uint32_t stopped_pid = 0;
+  // The processes mlprof-run itself stopped (--duration, end of the serving load: a flush of every
+  // stream, then SIGTERM to the command and every process below it): a stream of theirs ending
+  // without END is expected, not a warning; their end reason is `stopped`
+  // (RunInfo::extra["stopped_by"] says how). Empty: none.
+  std::set<uint32_t> stopped_pids;
   // The command's process (mlprof-run's child). When the stream of its last image ended without
   // END (killed by a signal, crashed, stopped by mlprof-run), its exit status is RunInfo's, which
   // the parent's waitpid gave: "128 + signal" instead of unknown. 0: not known.

@@ -48,6 +48,8 @@ enum class EndReason : uint8_t {
   kExec = 1,       // replaced by execve (see Process::exec_next)
   kDetached = 2,   // profiling stopped on request, process kept running
   kTruncated = 3,  // stream ended without a trailer: killed, _exit, crash; data up to then kept
+  kStopped = 4,    // mlprof-run stopped it on purpose (--duration, the end of a serving load) after
+                   // its streams were flushed: no trailer, nothing lost (since 1.3)
 };
 
 struct Process {

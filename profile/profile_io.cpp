@@ -413,7 +413,7 @@ struct In {
 };
 
 FrameKind to_kind(uint64_t v) { return v <= 3 ? static_cast<FrameKind>(v) : FrameKind::kUnknown; }
-EndReason to_end(uint64_t v) { return v <= 3 ? static_cast<EndReason>(v) : EndReason::kTruncated; }
+EndReason to_end(uint64_t v) { return v <= 4 ? static_cast<EndReason>(v) : EndReason::kTruncated; }
 
 void get_run(In& in, RunInfo& r) {
   r.command = in.strs("command arguments");

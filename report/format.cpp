@@ -148,6 +148,7 @@ const char* end_reason_name(EndReason r) {
     case EndReason::kExec: return "exec";
     case EndReason::kDetached: return "detached";
     case EndReason::kTruncated: return "truncated";
+    case EndReason::kStopped: return "stopped";
   }
   return "?";
 }

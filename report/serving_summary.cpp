@@ -36,7 +36,7 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
                      s.success_queries, rate, timed_out ? fmt::format(", {} timed out", timed_out) : "",
                      std::min<uint64_t>(s.warmup, s.total_queries), s.window_requests);
   if (s.ready_ns > 0 && p.run.start_ns > 0 && s.ready_ns >= p.run.start_ns)
-    out += fmt::format("  start-up: the service first answered {:.2f} s after the run started\n",
+    out += fmt::format("  start-up: the service was ready (first answer, 503 aside) {:.2f} s after the run started\n",
                        (s.ready_ns - p.run.start_ns) / 1e9);
   out += fmt::format("  latency ms: average {:.2f}  p50 {:.2f}  p90 {:.2f}  p95 {:.2f}  p99 {:.2f}  p99.9 {:.2f}\n",
                      ms(s.average_latency_ns), ms(s.p50_ns), ms(s.p90_ns), ms(s.p95_ns), ms(s.p99_ns), ms(s.p999_ns));

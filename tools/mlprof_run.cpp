@@ -23,6 +23,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "collector/profile_builder.h"
@@ -302,6 +303,7 @@ int main(int argc, char** argv) {
   // Serving: --duration bounds the replay (the load thread), and the service stops when it ends.
   const int64_t deadline = o.duration_s > 0 && !serving ? start + static_cast<int64_t>(o.duration_s * 1e9) : INT64_MAX;
   int phase = 0;  // --duration: 1 flush asked, 2 SIGTERM sent, 3 SIGKILL sent
+  std::set<uint32_t> stopped_pids;  // the processes SIGTERM was sent to (phase 2)
   int64_t phase_t = 0, exited_t = 0, last_status = 0;
   bool child_done = false, detach_sent = false;
   int child_status = 0;
@@ -336,12 +338,18 @@ int main(int argc, char** argv) {
         phase = 1;
         phase_t = t;
       } else if (phase == 1 && (server.flushed_replies() >= server.open_connections() || t - phase_t > 1000000000)) {
+        // The command and every process below it: a wrapper script's server (sh -c '...; python3
+        // serve.py') would otherwise outlive the run.
         kill(child.pid, SIGTERM);
+        stopped_pids.insert(static_cast<uint32_t>(child.pid));
+        for (pid_t p : tools::descendants(getpid()))
+          if (kill(p, SIGTERM) == 0) stopped_pids.insert(static_cast<uint32_t>(p));
         phase = 2;
         phase_t = t;
       } else if (phase == 2 && t - phase_t > 5000000000LL) {
         if (!o.quiet) fprintf(stderr, "\nmlprof-run: the command ignored SIGTERM for 5 s; sending SIGKILL\n");
         kill(child.pid, SIGKILL);
+        for (pid_t p : tools::descendants(getpid())) kill(p, SIGKILL);
         phase = 3;
       }
     } else {
@@ -389,7 +397,10 @@ int main(int argc, char** argv) {
   int64_t build_start = clock_ns();
   collector::BuildOptions build_opts;
   build_opts.memory_window = serving;
-  if (stopped_here) build_opts.stopped_pid = static_cast<uint32_t>(child.pid);
+  // The processes mlprof-run stopped after their streams were flushed: the command (when the
+  // signal is what ended it) and those below it.
+  if (stopped_here || phase >= 2) build_opts.stopped_pids = stopped_pids;
+  if (!stopped_here) build_opts.stopped_pids.erase(static_cast<uint32_t>(child.pid));
   build_opts.command_pid = static_cast<uint32_t>(child.pid);
   profile::Profile prof = collector::build_profile(streams, run, build_opts);
   const int serving_rc = session ? session->finish(prof) : 0;

@@ -50,15 +50,21 @@ bool parse_byte_size(const std::string& text, uint64_t* out, std::string* why) {
 
 namespace {
 
-// A whole number in [lo, hi], checked on the text before CLI11 converts it (a "-1" would wrap to
-// 2^64 - 1 in an unsigned option); the message names the range.
+// A decimal whole number in [lo, hi], checked and normalised on the text before CLI11 converts
+// it (used with ->transform): "-1" would wrap to 2^64 - 1 in an unsigned option, and CLI11 reads a
+// leading 0 as octal ("010" = 8, "08" refused), so leading zeros are dropped here.
 CLI::Validator whole_number(uint64_t lo, uint64_t hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
-        bool digits = !text.empty() && text.size() <= 19;
+        const std::string was = text;
+        bool digits = !text.empty();
         for (char c : text) digits = digits && isdigit(static_cast<unsigned char>(c));
+        if (digits) {
+          text.erase(0, std::min(text.find_first_not_of('0'), text.size() - 1));  // "007" -> "7", "0" stays
+          digits = text.size() <= 19;
+        }
         if (!digits || std::stoull(text) < lo || std::stoull(text) > hi)
-          return "'" + text + "' is not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+          return "'" + was + "' is not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
         return "";
       },
       "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
@@ -103,14 +109,14 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
   auto* url_opt = app.add_option("--url", sv.url, "Where the service answers, e.g. http://127.0.0.1:8080/score")
                       ->group(kServing);
   auto* conc_opt = app.add_option("--concurrency", sv.concurrency, "Closed loop: requests in flight (default 1)")
-                       ->group(kServing)->check(whole_number(1, 1024));
+                       ->group(kServing)->transform(whole_number(1, 1024));
   auto* rps_opt = app.add_option("--rps", sv.rps, "Open loop: requests started per second, whatever the latency")
                       ->group(kServing)->check(CLI::Range(0.001, 1e6));
   auto* max_opt = app.add_option("--max-requests", sv.max_requests,
                                  "Send this many requests, cycling through the file (default: the file once)")
-                      ->group(kServing)->check(whole_number(1, 100000000));
+                      ->group(kServing)->transform(whole_number(1, 100000000));
   auto* warm_opt = app.add_option("--warmup", sv.warmup, "The first K requests warm up: kept out of the steady state")
-                       ->group(kServing)->check(whole_number(0, 100000000));
+                       ->group(kServing)->transform(whole_number(0, 100000000));
   auto* ct_opt = app.add_option("--content-type", sv.content_type, "Content-Type of the requests")
                      ->group(kServing)->capture_default_str();
   auto* to_opt = app.add_option("--timeout", sv.timeout_s, "Seconds per request before it counts as failed")

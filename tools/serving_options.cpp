@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstring>
 #include <fstream>
 
 namespace mlprof::tools {
@@ -18,18 +19,24 @@ bool check_service_url(const std::string& url, std::string* why) {
   bool ok = false;
   char* scheme = nullptr;
   char* host = nullptr;
-  if (CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0); rc != CURLUE_OK) {
+  char* port = nullptr;
+  if (url.find("://") == std::string::npos) {
+    *why = "it has no scheme (write http://" + url + ")";
+  } else if (CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0); rc != CURLUE_OK) {
     *why = curl_url_strerror(rc);  // "Port number was not a decimal number between 0 and 65535", ...
   } else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK || !scheme ||
              (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0)) {
     *why = "it is not an http:// or https:// URL";
   } else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host || !*host) {
     *why = "it names no host";
+  } else if (curl_url_get(u, CURLUPART_PORT, &port, 0) == CURLUE_OK && port && strcmp(port, "0") == 0) {
+    *why = "port 0 is not a port a service can listen on";
   } else {
     ok = true;
   }
   curl_free(scheme);
   curl_free(host);
+  curl_free(port);
   curl_url_cleanup(u);
   return ok;
 }

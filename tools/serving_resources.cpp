@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -59,22 +60,35 @@ bool read_stat(const std::string& path, Stat* s) {
   return field > 24;
 }
 
-}  // namespace
+// The process's CPU time from the kernel's scheduler clock (clock_getcpuclockid: every thread's
+// runtime, exited threads included, in ns), or -1 when it cannot be read (gone, not allowed).
+// /proc/PID/stat's utime + stime are tick samples: on this project's VM a service whose threads
+// run in bursts shorter than a tick showed 0-50 ms for 80 ms of CPU.
+int64_t sched_cpu_ns(pid_t pid) {
+  clockid_t clock;
+  struct timespec ts;
+  if (clock_getcpuclockid(pid, &clock) != 0 || clock_gettime(clock, &ts) != 0) return -1;
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
-profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
+std::map<pid_t, Stat> read_all(const std::string& proc) {
   std::map<pid_t, Stat> all;
-  if (DIR* d = opendir(proc_.c_str())) {
+  if (DIR* d = opendir(proc.c_str())) {
     while (dirent* e = readdir(d)) {
       if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
       Stat s;
-      if (read_stat(proc_ + "/" + e->d_name + "/stat", &s)) all[s.pid] = s;
+      if (read_stat(proc + "/" + e->d_name + "/stat", &s)) all[s.pid] = s;
     }
     closedir(d);
   }
-  // Descendants of the ancestor (breadth first over the ppid links).
+  return all;
+}
+
+// Descendants of `ancestor` (over the ppid links), parents before their children.
+std::vector<pid_t> below(const std::map<pid_t, Stat>& all, pid_t ancestor) {
   std::map<pid_t, std::vector<pid_t>> kids;
   for (auto& [pid, s] : all) kids[s.ppid].push_back(pid);
-  std::vector<pid_t> tree, todo = {ancestor_};
+  std::vector<pid_t> tree, todo = {ancestor};
   while (!todo.empty()) {
     pid_t p = todo.back();
     todo.pop_back();
@@ -83,6 +97,18 @@ profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
       todo.push_back(k);
     }
   }
+  return tree;
+}
+
+}  // namespace
+
+std::vector<pid_t> descendants(pid_t ancestor, const std::string& proc_root) {
+  return below(read_all(proc_root), ancestor);
+}
+
+profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
+  std::map<pid_t, Stat> all = read_all(proc_);
+  const std::vector<pid_t> tree = below(all, ancestor_);
   static const int64_t tick_ns = 1000000000 / std::max<long>(1, sysconf(_SC_CLK_TCK));
   static const int64_t page = sysconf(_SC_PAGESIZE);
   profile::ServingResourcePoint pt;
@@ -90,13 +116,19 @@ profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
   std::map<pid_t, Seen> next;
   for (pid_t pid : tree) {
     const Stat& s = all[pid];
-    const int64_t cpu = s.cpu_ticks * tick_ns;
+    const int64_t sched = proc_ == "/proc" ? sched_cpu_ns(pid) : -1;  // a test's fake /proc: its pids are not real
+    const bool precise = sched >= 0;
+    const int64_t cpu = precise ? sched : s.cpu_ticks * tick_ns;
     auto it = seen_.find(pid);
     // A process seen before adds its growth; a new one adds what it used since it started only
-    // when it is not the first poll (at the first poll the baseline is zero by definition).
-    if (it != seen_.end() && it->second.start == s.start) cpu_total_ += std::max<int64_t>(0, cpu - it->second.cpu_ns);
-    else if (polled_) cpu_total_ += cpu;
-    next[pid] = {s.start, cpu};
+    // when it is not the first poll (at the first poll the baseline is zero by definition). A
+    // process whose clock changed kind (it could be read, now only /proc can) starts over.
+    if (it != seen_.end() && it->second.start == s.start) {
+      if (it->second.precise == precise) cpu_total_ += std::max<int64_t>(0, cpu - it->second.cpu_ns);
+    } else if (polled_) {
+      cpu_total_ += cpu;
+    }
+    next[pid] = {s.start, cpu, precise};
     pt.rss_bytes += s.rss_pages * page;
     pt.threads += static_cast<uint32_t>(s.threads);
     ++pt.processes;
@@ -109,20 +141,23 @@ profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
 
 int64_t peak_millicores(const std::vector<profile::ServingResourcePoint>& pts, int64_t from, int64_t to,
                         int64_t window_ns) {
-  // Each point's CPU is what the tree used since the point before, so the points that cover
-  // [from, to] run from the last one at or before `from` to the first one at or after `to` (the
-  // poller's last point is taken just after the load's end: a load shorter than the poll period
-  // has no point inside it at all).
-  size_t lo = 0, hi = pts.size();
+  // Each point's CPU is what the tree used since the point before. The span runs from the first
+  // point at or after `from` (mlprof-run takes one at ready) to the first at or after `to` (it
+  // takes one just after the load's end); when no point lies between them, the interval that
+  // ends at the latter (a load shorter than the poll period between two points).
+  size_t lo = pts.size(), hi = pts.size();
   for (size_t i = 0; i < pts.size(); ++i) {
-    if (pts[i].t_ns <= from) lo = i;
+    if (lo == pts.size() && pts[i].t_ns >= from) lo = i;
     if (pts[i].t_ns >= to) {
-      hi = i + 1;
+      hi = i;
       break;
     }
   }
+  if (pts.empty()) return 0;
+  if (hi == pts.size()) hi = pts.size() - 1;
+  if (lo >= hi) lo = hi > 0 ? hi - 1 : 0;
   std::vector<const profile::ServingResourcePoint*> in;
-  for (size_t i = lo; i < hi; ++i) in.push_back(&pts[i]);
+  for (size_t i = lo; i <= hi; ++i) in.push_back(&pts[i]);
   if (in.size() < 2) return 0;
   const int64_t span = in.back()->t_ns - in.front()->t_ns;
   if (span <= 0) return 0;

@@ -21,12 +21,14 @@ class TreePoller {
   explicit TreePoller(pid_t ancestor, std::string proc_root = "/proc")
       : ancestor_(ancestor), proc_(std::move(proc_root)) {}
   // One poll: CPU used by the tree since the first poll (sum over processes of their CPU growth
-  // between polls, so processes that come and go count while seen), summed RSS, counts.
+  // between polls, so processes that come and go count while seen), summed RSS, counts. A
+  // process's CPU is its scheduler clock (clock_getcpuclockid: ns, exited threads included), or
+  // /proc/PID/stat's utime + stime ticks where that clock cannot be read.
   profile::ServingResourcePoint poll(int64_t t_ns);
-  // The processes of the tree at the last poll.
-  std::vector<pid_t> pids() const {
-    std::vector<pid_t> out;
-    for (const auto& [pid, seen] : seen_) out.push_back(pid);
+  // The processes of the tree at the last poll, with their CPU time then (ns).
+  std::map<pid_t, int64_t> cpu_by_pid() const {
+    std::map<pid_t, int64_t> out;
+    for (const auto& [pid, seen] : seen_) out[pid] = seen.cpu_ns;
     return out;
   }
 
@@ -34,6 +36,7 @@ class TreePoller {
   struct Seen {
     uint64_t start = 0;    // start time (field 22): tells a reused pid apart
     int64_t cpu_ns = 0;
+    bool precise = false;  // cpu_ns from the scheduler's clock, not /proc's ticks
   };
   pid_t ancestor_;
   std::string proc_;
@@ -42,9 +45,14 @@ class TreePoller {
   bool polled_ = false;
 };
 
+// The processes below `ancestor` (its children, theirs, ...; for mlprof-run, a child subreaper,
+// also the orphans reparented to it), parents first, from /proc's ppid links.
+std::vector<pid_t> descendants(pid_t ancestor, const std::string& proc_root = "/proc");
+
 // Peak CPU use in millicores over windows of at least window_ns, among the points that cover
-// [from, to]: from the last point at or before `from` to the first at or after `to` (the average
-// over that span when it is shorter than one window). 0 with fewer than two points.
+// [from, to]: from the first point at or after `from` to the first at or after `to`, or the one
+// interval ending at the latter when no point lies between (the average over that span when it is
+// shorter than one window). 0 with fewer than two points.
 int64_t peak_millicores(const std::vector<profile::ServingResourcePoint>& pts, int64_t from, int64_t to,
                         int64_t window_ns = 1000000000);
 

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "common/clock.h"
 #include "tools/serving_advice.h"
@@ -48,6 +50,10 @@ void ServingSession::join() {
 void ServingSession::load_main() {
   ready_ = wait_ready(o_.url, o_.ready_timeout_s, stop_, service_pid_);
   if (ready_.ready) {
+    // A resource point at ready, so the load's CPU peak starts there and not up to 100 ms
+    // earlier, inside the start-up (model loading can use every core).
+    poll_now_ = true;
+    for (int i = 0; i < 50 && poll_now_.load() && !stop_poll_.load(); ++i) usleep(1000);
     LoadConfig c;
     c.url = o_.url;
     c.content_type = o_.content_type;
@@ -64,23 +70,33 @@ void ServingSession::load_main() {
   done_ = true;
 }
 
-// Every 100 ms from the service's start until the load ends, and once more when it ends: a load
-// shorter than the period (300 requests at 26,000/s) still has a first and a last point.
+// Every 100 ms from the service's start until the load ends, at ready (poll_now_), and once more
+// when the load ends: a load shorter than the period (300 requests at 26,000/s) still has a first
+// and a last point of its own.
 // The thread-pool variables come from each service process's own environment (/proc/PID/environ:
 // as it was at the process's last exec, so `-- env OMP_NUM_THREADS=4 python3 serve.py` counts),
-// read at every poll (a process may exec again) and merged over every process seen.
+// read at every poll (a process may exec again) and merged over the processes that used CPU
+// (10 ms or more since first seen): a shell that exported other values before starting the
+// server without exec waits idle and does not count. Over every process when none did.
 void ServingSession::poll_main(pid_t ancestor) {
   TreePoller poller(ancestor);
   std::map<pid_t, std::map<std::string, std::string>> env_of;
+  std::map<pid_t, int64_t> first_cpu;
+  std::set<pid_t> busy;
   auto take = [&] {
     auto pt = poller.poll(clock_ns());
-    for (pid_t pid : poller.pids()) {
+    for (const auto& [pid, cpu] : poller.cpu_by_pid()) {
+      auto [it, fresh] = first_cpu.emplace(pid, cpu);
+      if (!fresh && cpu - it->second >= 10000000) busy.insert(pid);
       std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
       std::string block((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
       if (!f.bad() && !block.empty()) env_of[pid] = thread_pool_env_block(block);
     }
     std::map<std::string, std::string> env;
-    for (const auto& [pid, e] : env_of) merge_thread_env(&env, e);
+    bool any_busy = false;
+    for (const auto& [pid, e] : env_of) any_busy = any_busy || busy.count(pid);
+    for (const auto& [pid, e] : env_of)
+      if (!any_busy || busy.count(pid)) merge_thread_env(&env, e);
     std::lock_guard<std::mutex> g(points_mu_);
     if (!env_of.empty()) thread_env_ = std::move(env);  // the service's own, no longer mlprof-run's
     points_.push_back(pt);
@@ -92,10 +108,11 @@ void ServingSession::poll_main(pid_t ancestor) {
   };
   while (!stop_poll_.load() && !done_.load()) {
     take();
-    for (int i = 0; i < 10 && !stop_poll_.load() && !done_.load(); ++i) {
-      struct timespec ts = {0, 10000000};
+    for (int i = 0; i < 100 && !stop_poll_.load() && !done_.load() && !poll_now_.load(); ++i) {
+      struct timespec ts = {0, 1000000};
       nanosleep(&ts, nullptr);
     }
+    poll_now_ = false;
   }
   if (done_.load()) take();  // the load's end (mlprof-run stops the service only after it)
 }

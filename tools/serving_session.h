@@ -50,6 +50,7 @@ class ServingSession {
   std::map<std::string, std::string> thread_env_;  // guarded by points_mu_ (mlprof-run's until a service process's is read)
   collector::MemWindow window_;
   std::atomic<bool> stop_{false}, stop_poll_{false}, done_{false}, interrupted_{false};
+  std::atomic<bool> poll_now_{false};  // the load thread asks for a resource point (at ready)
   std::atomic<bool> exited_{false};
   std::atomic<int> exit_code_{0};
   std::atomic<int64_t> exited_ns_{0};

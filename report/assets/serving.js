@@ -34,7 +34,7 @@
     fact(rec, "Recommended memory", s.requestedMemoryInGB === null ? none : num(s.requestedMemoryInGB, 2) + " GiB", "requestedMemoryInGB: peak RSS x 1.2, rounded up to 0.25 GiB");
     const t = s.times_ms || {};
     if (t.ready !== null && t.ready !== undefined)
-      fact(rec, "Start-up", ms(t.ready) + " until the service first answered", "from the start of the run to the first HTTP answer on the URL (model loading)");
+      fact(rec, "Start-up", ms(t.ready) + " until the service was ready", "from the start of the run to the first HTTP answer on the URL other than 503 (model loading)");
     fact(rec, "Peak CPU used", num(s.maxUtilizedCpu, 2) + " cores of " + num(s.available_cpu, 1) + " available", "maxUtilizedCpu: highest 1 s average of the service's process tree");
     fact(rec, "Peak memory used", num(s.maxUtilizedMemoryInGB, 3) + " GiB", "maxUtilizedMemoryInGB: highest RSS summed over the service's processes");
     fact(rec, "Queries", s.successQueries + " of " + s.totalQueries + " succeeded (successRate " + num(s.successRate, 3) + ")" +

@@ -83,7 +83,7 @@ TEST(Behaviour, DurationStopsANeverEndingProgramAndKeepsItsProfile) {
   ASSERT_EQ(prof.profile.run.extra.count("stopped_by"), 1u);
   EXPECT_NE(prof.profile.run.extra.at("stopped_by").find("SIGTERM after --duration"), std::string::npos);
   for (auto& w : prof.profile.warnings) EXPECT_EQ(w.find("without a clean end"), std::string::npos) << w;
-  EXPECT_EQ(prof.profile.processes[0].end_reason, profile::EndReason::kTruncated);
+  EXPECT_EQ(prof.profile.processes[0].end_reason, profile::EndReason::kStopped);
 }
 
 TEST(Behaviour, SignalsSentToMlprofRunReachTheProgram) {

@@ -251,11 +251,21 @@ TEST(Serving, AShortLoadStillMeasuresItsCpu) {
   ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
   const auto& sv = s.run.profile.serving;
   ASSERT_EQ(sv.success_queries, 16u);
-  // 16 x 5 ms of CPU, one at a time: about one core while it runs, over a span of one or two polls.
-  EXPECT_GT(sv.max_utilized_millicores, 250) << "load " << (sv.load_end_ns - sv.load_start_ns) / 1e6 << " ms";
+  // 16 x 5 ms of CPU, one at a time: up to one core while it runs (less when the machine is busy,
+  // as under ctest -j2), over a span of one or two polls; it was 0.
+  std::string polls;  // for the message: the resource points around the load
+  for (const auto& pt : sv.resources)
+    polls += " (" + std::to_string((pt.t_ns - sv.ready_ns) / 1000000) + " ms, " + std::to_string(pt.cpu_ns / 1000000) + " ms)";
+  EXPECT_GT(sv.max_utilized_millicores, 0) << "load " << (sv.load_end_ns - sv.load_start_ns) / 1e6
+                                             << " ms; polls since ready (t, tree CPU):" << polls;
   EXPECT_LT(sv.max_utilized_millicores, 1600);
   EXPECT_GE(sv.requested_millicores * 10, sv.max_utilized_millicores * 12);
-  EXPECT_GE(sv.requested_millicores, 400);
+  // The tree's CPU over the load is the spin's 80 ms, give or take the load loop's and the
+  // profiler's share: the scheduler's clock, not /proc's ticks (which showed 0-50 ms here).
+  int64_t cpu_in_load = 0;
+  for (size_t i = 1; i < sv.resources.size(); ++i)
+    if (sv.resources[i].t_ns > sv.ready_ns) cpu_in_load += sv.resources[i].cpu_ns - sv.resources[i - 1].cpu_ns;
+  EXPECT_GE(cpu_in_load, 75000000) << polls;
 }
 
 // A server that listens before it can serve answers 503 meanwhile: not ready yet.
@@ -284,6 +294,32 @@ TEST(Serving, PoolVariablesComeFromTheServicesEnvironment) {
   ASSERT_EQ(env.count("OMP_NUM_THREADS"), 1u);
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "64");
   EXPECT_EQ(env.at("MKL_NUM_THREADS"), "3");
+  // A shell that exports another value and starts the server without exec stays, idle, with the
+  // outer value in its environment: the busy server's value is the one that counts.
+  const int port2 = free_port();
+  Profiled r2 = profile_run({"/bin/sh", "-c", "export OMP_NUM_THREADS=2; " + fixture("fixture_http_server") + " " +
+                                                  std::to_string(port2) + " --spin-us 4000; true"},
+                            {"--requests", write_bodies(dir, 5), "--url", "http://127.0.0.1:" + std::to_string(port2) + "/",
+                             "--max-requests", "10", "--duration", "60"},
+                            {"OMP_NUM_THREADS=16"});
+  ASSERT_TRUE(r2.ok);
+  ASSERT_EQ(r2.result.exit_code, 0) << r2.result.err;
+  ASSERT_EQ(r2.profile.serving.thread_env.count("OMP_NUM_THREADS"), 1u);
+  EXPECT_EQ(r2.profile.serving.thread_env.at("OMP_NUM_THREADS"), "2");
+  // mlprof-run stopped the server below the shell too (it had kept running after the run): it
+  // handled SIGTERM and exited (a clean end), and no "killed or crashed" warning is left.
+  bool server_seen = false;
+  for (const auto& proc : r2.profile.processes) {
+    if (proc.exe.find("fixture_http_server") == std::string::npos) continue;
+    server_seen = true;
+    EXPECT_EQ(proc.end_reason, profile::EndReason::kExit);
+    std::ifstream stat("/proc/" + std::to_string(proc.pid) + "/stat");
+    std::string pid, comm, state;
+    const bool running = static_cast<bool>(stat >> pid >> comm >> state) && state != "Z";
+    EXPECT_FALSE(running) << "the server " << proc.pid << " outlived mlprof-run (state " << state << ")";
+  }
+  EXPECT_TRUE(server_seen);
+  for (const auto& w : r2.profile.warnings) EXPECT_EQ(w.find("without a clean end"), std::string::npos) << w;
 }
 
 TEST(Serving, OpenLoopNeverStartsEarly) {
@@ -402,6 +438,13 @@ TEST(Serving, OptionMistakesAreRefusedBeforeAnythingRuns) {
   r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--warmup", "-1", "--", "true"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("'-1' is not a whole number from 0"), std::string::npos) << r.err;
+  // A leading zero is decimal, not octal (CLI11 would read "010" as 8 and refuse "08").
+  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--concurrency", "08", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cannot read the request file x"), std::string::npos) << "08 was refused: " << r.err;
+  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--concurrency", "01025", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("'01025' is not a whole number from 1 to 1024"), std::string::npos) << r.err;
   r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--concurrency", "abc", "--", "true"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("'abc' is not a whole number from 1 to 1024"), std::string::npos) << r.err;

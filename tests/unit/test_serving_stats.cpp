@@ -132,7 +132,14 @@ TEST(ServingResources, PeakCoresOverOneSecondWindows) {
   // The poller's last point comes just after the load's end.
   std::vector<profile::ServingResourcePoint> short_load = {{0, 0, 0, 1, 1}, {100000000, 80000000, 0, 1, 1},
                                                           {128000000, 100000000, 0, 1, 1}};
-  EXPECT_EQ(peak_millicores(short_load, 5000000, 122000000), 781);  // 100 ms of CPU over 128 ms
+  EXPECT_EQ(peak_millicores(short_load, 5000000, 122000000), 714);  // 20 ms of CPU over 28 ms
+  // Start-up (4 cores while the model loads) is left out when a point was taken at ready: polls
+  // at 0 and 100 ms, ready at 190 ms with its point at 192 ms, the load at 1 core until 210 ms.
+  std::vector<profile::ServingResourcePoint> after_startup = {{0, 0, 0, 1, 1},
+                                                             {100000000, 400000000, 0, 1, 1},
+                                                             {192000000, 768000000, 0, 1, 1},
+                                                             {211000000, 787000000, 0, 1, 1}};
+  EXPECT_EQ(peak_millicores(after_startup, 190000000, 210000000), 1000);
 }
 
 TEST(ServingResources, CgroupCpuMax) {
@@ -195,6 +202,9 @@ TEST(ServingOptions, UrlsAreCheckedBeforeAnythingRuns) {
   EXPECT_FALSE(check_service_url("ftp://127.0.0.1/", &why));
   EXPECT_NE(why.find("http://"), std::string::npos) << why;
   EXPECT_FALSE(check_service_url("127.0.0.1:8080", &why));
+  EXPECT_NE(why.find("no scheme (write http://127.0.0.1:8080)"), std::string::npos) << why;
+  EXPECT_FALSE(check_service_url("http://127.0.0.1:0/", &why));
+  EXPECT_NE(why.find("port 0"), std::string::npos) << why;
 }
 
 TEST(ServingResources, PollerSumsTheTreeBelowTheAncestor) {
