@@ -101,6 +101,11 @@ inline void after_alloc(void* p, uint64_t size, wire::AllocKind kind, uint64_t c
 inline bool not_due(int64_t* countdown, uint64_t bytes) {
   return t_mem.guard != 0 || (*countdown -= counted(bytes)) > 0;
 }
+// The same for a copy of n bytes (memcpy, memmove): n is the size of memory that exists, far
+// below 2^62, so it needs no clamp (4 instructions fewer on the most frequent hooked call).
+inline bool copy_not_due(uint64_t n) {
+  return t_mem.guard != 0 || (t_mem.copy_countdown -= static_cast<int64_t>(n)) > 0;
+}
 // A slow path after its real allocation: `counted` (the entry already charged the countdown and
 // found it due) samples p when the allocation succeeded; otherwise the whole after_alloc.
 inline void after_alloc_counted(void* p, uint64_t size, wire::AllocKind kind, uint64_t caller, bool counted) {

@@ -107,13 +107,31 @@ void* py_calloc(void*, size_t nelem, size_t elsize) {
 // Frees keep the existing behaviour (a FREE before the original call; no failure to undo: a
 // failed Python realloc is rare and reported like a successful one).
 template <int D, int G>
-void* py_realloc(void*, void* ptr, size_t size) {
+__attribute__((noinline)) void* py_realloc_slow(void* ptr, size_t size, uint64_t caller, bool counted) {
   if (ptr) before_free(ptr);
   ++t_mem.guard;
   void* p = g_orig[D][G].realloc(g_orig[D][G].ctx, ptr, size);
   --t_mem.guard;
-  after_alloc(p, size, wire::AllocKind::kPython, ra());
+  after_alloc_counted(p, size, wire::AllocKind::kPython, caller, counted);
   return p;
+}
+
+// The common case (the block not sampled, the countdown not due) has nothing to record: the
+// original realloc under the guard, so what it does in malloc (a block past pymalloc's sizes) is
+// not counted a second time, whatever the original allocator is. A sampled block or a due
+// countdown takes the slow path, as every realloc did before (~40 instructions a call).
+template <int D, int G>
+void* py_realloc(void*, void* ptr, size_t size) {
+  if (__builtin_expect(!(ptr && g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(ptr))), 1)) {
+    if (__builtin_expect(not_due(&t_mem.countdown, size), 1)) {
+      ++t_mem.guard;
+      void* p = g_orig[D][G].realloc(g_orig[D][G].ctx, ptr, size);
+      --t_mem.guard;
+      return p;
+    }
+    return py_realloc_slow<D, G>(ptr, size, ra(), true);
+  }
+  return py_realloc_slow<D, G>(ptr, size, ra(), false);
 }
 
 template <int D, int G>

@@ -73,7 +73,7 @@ MLPROF_EXPORT void* realloc(void* p, size_t size) {
 MLPROF_EXPORT void* memcpy(void* dst, const void* src, size_t n) {
   auto real = loaded(&hooks::g_real.memcpy);
   if (__builtin_expect(real != nullptr, 1)) {
-    if (__builtin_expect(mem::not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n);
+    if (__builtin_expect(mem::copy_not_due(n), 1)) return real(dst, src, n);
     return hooks::memcpy_slow(dst, src, n, MLPROF_CALLER, true);
   }
   return hooks::memcpy_slow(dst, src, n, MLPROF_CALLER, false);
@@ -82,7 +82,7 @@ MLPROF_EXPORT void* memcpy(void* dst, const void* src, size_t n) {
 MLPROF_EXPORT void* memmove(void* dst, const void* src, size_t n) {
   auto real = loaded(&hooks::g_real.memmove);
   if (__builtin_expect(real != nullptr, 1)) {
-    if (__builtin_expect(mem::not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n);
+    if (__builtin_expect(mem::copy_not_due(n), 1)) return real(dst, src, n);
     return hooks::memmove_slow(dst, src, n, MLPROF_CALLER, true);
   }
   return hooks::memmove_slow(dst, src, n, MLPROF_CALLER, false);
@@ -91,7 +91,7 @@ MLPROF_EXPORT void* memmove(void* dst, const void* src, size_t n) {
 MLPROF_EXPORT void* __memcpy_chk(void* dst, const void* src, size_t n, size_t dst_len) {
   auto real = loaded(&hooks::g_real.memcpy_chk);
   if (__builtin_expect(real != nullptr, 1)) {
-    if (__builtin_expect(mem::not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n, dst_len);
+    if (__builtin_expect(mem::copy_not_due(n), 1)) return real(dst, src, n, dst_len);
     return hooks::memcpy_chk_slow(dst, src, n, dst_len, MLPROF_CALLER, true);
   }
   return hooks::memcpy_chk_slow(dst, src, n, dst_len, MLPROF_CALLER, false);
@@ -100,7 +100,7 @@ MLPROF_EXPORT void* __memcpy_chk(void* dst, const void* src, size_t n, size_t ds
 MLPROF_EXPORT void* __memmove_chk(void* dst, const void* src, size_t n, size_t dst_len) {
   auto real = loaded(&hooks::g_real.memmove_chk);
   if (__builtin_expect(real != nullptr, 1)) {
-    if (__builtin_expect(mem::not_due(&mem::t_mem.copy_countdown, n), 1)) return real(dst, src, n, dst_len);
+    if (__builtin_expect(mem::copy_not_due(n), 1)) return real(dst, src, n, dst_len);
     return hooks::memmove_chk_slow(dst, src, n, dst_len, MLPROF_CALLER, true);
   }
   return hooks::memmove_chk_slow(dst, src, n, dst_len, MLPROF_CALLER, false);

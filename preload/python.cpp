@@ -208,6 +208,14 @@ uint32_t epoch_bits(uint32_t track) { return (track & 0xffu) << 24; }  // signal
 
 std::atomic<uint32_t> g_code_track{0};
 uint64_t g_code_type_addr = 0;
+std::atomic<uint64_t> g_code_free_match{1};
+
+namespace {
+void set_code_track(uint32_t epoch) {
+  g_code_free_match.store(epoch ? g_code_type_addr : 1, std::memory_order_relaxed);
+  g_code_track.store(epoch, epoch ? std::memory_order_release : std::memory_order_relaxed);
+}
+}  // namespace
 
 void track_code_frees(bool on) {
   static uint32_t epoch = 0;  // callers: the writer thread
@@ -215,18 +223,18 @@ void track_code_frees(bool on) {
   // PythonMemory.AllocationsInReplacedCodeObjectsStayOnTheirOwnLines; cause not established,
   // docs/python.md).
   if (!on || !g_ready.load(std::memory_order_acquire) || g_interp.version_hex >= 0x030d0000) {
-    g_code_track.store(0, std::memory_order_relaxed);
+    set_code_track(0);
     return;
   }
   // tp_flags (offset 168 in every PyTypeObject of 3.8-3.13) must not have Py_TPFLAGS_HAVE_GC:
   // a GC object reaches PyObject_Free as its GC header's address, not its own.
   uint64_t tp_flags = 0;
   if (!read_one(own_pid(), g_state.code_type + 168, &tp_flags, sizeof tp_flags) || (tp_flags & (1UL << 14)) != 0) {
-    g_code_track.store(0, std::memory_order_relaxed);
+    set_code_track(0);
     return;
   }
   if ((++epoch & 0xff) == 0) ++epoch;
-  g_code_track.store(epoch, std::memory_order_release);
+  set_code_track(epoch);
 }
 
 void forget_code(uint64_t addr) {

@@ -82,6 +82,9 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = Walk
 // (0: off); a new epoch disowns every fingerprint cached before it.
 extern std::atomic<uint32_t> g_code_track;
 extern uint64_t g_code_type_addr;  // &PyCode_Type once detected
+// What a freed object's ob_type is compared with: &PyCode_Type while code frees are tracked, else
+// 1 (no type object has an odd address), so the free hook's test is one load and one compare.
+extern std::atomic<uint64_t> g_code_free_match;
 // Not signal context. on: a new epoch starts, unless PyCode_Type is a GC type (then its objects
 // are freed at another address than theirs) or no interpreter was detected. off: tracking stops
 // (the hook was replaced: frees may not be seen any more).
@@ -92,12 +95,12 @@ void forget_code(uint64_t addr);
 // is_tracked_code: p is a code object and code frees are tracked; note_object_free: then its
 // cache entry is dropped.
 inline bool is_tracked_code(const void* p) {
-  if (g_code_track.load(std::memory_order_relaxed) == 0) return false;
+  const uint64_t match = g_code_free_match.load(std::memory_order_relaxed);
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  if ((a & 7) != 0 || (a & 4095) > 4096 - 16) return false;
+  if ((a & 4095) > 4096 - 16) return false;  // ob_type on another page than p (an 8-byte block)
   uint64_t type;
-  memcpy(&type, static_cast<const char*>(p) + 8, sizeof type);
-  return type == g_code_type_addr;
+  __builtin_memcpy(&type, static_cast<const char*>(p) + 8, sizeof type);  // inline: not the exported memcpy
+  return type == match;
 }
 inline void note_object_free(const void* p) {
   if (is_tracked_code(p)) forget_code(reinterpret_cast<uintptr_t>(p));

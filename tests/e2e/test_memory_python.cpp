@@ -14,6 +14,7 @@ using namespace e2e;
 
 const std::string kLeakPy = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_leak.py";
 const std::string kCopyPy = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_copy.py";
+const std::string kReallocPy = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_realloc.py";
 
 class PythonMemory : public ::testing::TestWithParam<Interpreter> {};
 
@@ -83,6 +84,26 @@ TEST_P(PythonMemory, CopiesAtTheirLine) {
   int64_t at_line = line_metric(r.profile, "copy-bytes", kCopyPy, line);
   // 1024 copies of 1 MiB against a 1 MiB default interval: 10% is > 3 standard deviations.
   EXPECT_NEAR(static_cast<double>(at_line), copied, 0.10 * copied);
+}
+
+// Lists grown by append: their item arrays are reallocated again and again at one line, each
+// realloc freeing the block it replaces. What stays live there at the end is what the lists
+// hold (at the heap's peak, the end of the growth): a sampled block that a realloc replaced must
+// leave the live set (the realloc wrapper's fast path forwards only blocks that were not sampled).
+TEST_P(PythonMemory, ReallocatedBlocksLeaveTheLiveSetAtTheirLine) {
+  const Interpreter& py = GetParam();
+  Profiled r;
+  nlohmann::json truth;
+  run_hooked({py.path, kReallocPy, "400", "4000"}, {"--mem-interval", "64K"}, {}, &r, &truth);
+  if (HasFatalFailure()) return;
+  const double arrays = truth["array_bytes"];  // ~13 MB
+  const uint32_t line = marker_line(kReallocPy, "# GROW-LINE");
+  const int64_t live = line_metric_in_stacks(r.profile, "live-peak-bytes", kReallocPy, line);  // at exit all is freed
+  const int64_t allocated = line_metric_in_stacks(r.profile, "alloc-bytes", kReallocPy, line);
+  // ~200 samples of the final arrays at 64 KiB: +-7% is one standard deviation; 25% is > 3.
+  EXPECT_NEAR(static_cast<double>(live), arrays, 0.25 * arrays);
+  // Every intermediate array was allocated too: several times the final ones.
+  EXPECT_GT(static_cast<double>(allocated), 2.0 * arrays);
 }
 
 // tracemalloc.stop() after mlprof wrapped tracemalloc's hooks removes mlprof's wrappers; the

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Instructions per request that mlprof adds to a Python request loop (docs/benchmarks.md,
+# "Instruction counts"): valgrind's callgrind counts every instruction the process executes, so
+# unlike time on this shared VM the figure does not move between runs. Each configuration runs
+# bench/instr_work.py twice, with 2 and with 12 passes of 200 requests; the difference / 2000 is
+# the cost of one request, start-up and imports cancelled. Usage:
+#   bench/instr_overhead.sh [CONFIGS]
+# CONFIGS: comma-separated subset of unprofiled, passthrough (a CPython allocator wrapper that only
+# forwards: the floor of wrapping), cpu (--no-memory), memory (the defaults); default all. A name
+# ending in "@b" uses the mlprof build in $MLPROF_BUILD_DIR_B. Takes ~1 minute per configuration.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+command -v valgrind >/dev/null || { echo "instr_overhead.sh: valgrind not found (apt install valgrind)" >&2; exit 1; }
+IFS=, read -r -a configs <<<"${1:-unprofiled,passthrough,cpu,memory}"
+py=${MLPROF_BENCH_PYTHON:-/usr/bin/python3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cc -O2 -shared -fPIC "$root/bench/py_alloc_passthrough.c" -o "$tmp/passthrough.so"
+echo "# git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $($py --version 2>&1)"
+instr() {  # $1 = configuration, $2 = passes; prints the instructions executed
+  local b=${MLPROF_BUILD_DIR:-$root/build}/bin wrap=0 pre=()
+  case $1 in *@b) b=${MLPROF_BUILD_DIR_B:?"$1 needs MLPROF_BUILD_DIR_B"}/bin ;; esac
+  local mr=("$b/mlprof-run" -q --no-html -o "$tmp/run.mlprof")
+  case ${1%@b} in
+    unprofiled) ;;
+    passthrough) wrap=1 ;;
+    cpu) pre=("${mr[@]}" --no-memory --) ;;
+    memory) pre=("${mr[@]}" --) ;;
+    *) echo "instr_overhead.sh: unknown configuration '$1'" >&2; exit 2 ;;
+  esac
+  # Under valgrind the profiler's first timer signal sometimes arrives while the process is still
+  # loading libraries and valgrind cannot deliver it ("Can't extend stack ... during signal
+  # delivery": a valgrind limit, the program is killed after ~0.5M instructions); such a run is
+  # repeated (a real one executes >100M).
+  local n=0 try
+  for try in 1 2 3 4 5; do
+    n=$("${pre[@]}" valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$py" "$root/bench/instr_work.py" \
+      "$wrap" "$tmp/passthrough.so" "$2" 2>&1 >/dev/null | awk '/I +refs:/ {gsub(",", "", $NF); print $NF}')
+    [ "${n:-0}" -gt 50000000 ] && break
+  done
+  echo "$n"
+}
+base=0
+for c in "${configs[@]}"; do
+  a=$(instr "$c" 2) b=$(instr "$c" 12)
+  [ -n "$a" ] && [ -n "$b" ] || { echo "instr_overhead.sh: $c: valgrind printed no count" >&2; exit 1; }
+  per=$(( (b - a) / 2000 ))
+  [ "$c" = unprofiled ] && base=$per
+  if [ "$base" -gt 0 ]; then
+    printf '%-14s %8d instructions per request  %.3fx\n' "$c" "$per" "$(echo "$per / $base" | bc -l)"
+  else
+    printf '%-14s %8d instructions per request\n' "$c" "$per"
+  fi
+done
