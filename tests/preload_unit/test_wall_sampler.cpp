@@ -131,7 +131,9 @@ TEST(WallSampler, OnTimeTicksCountTheWaitOnce) {
   uint64_t after = 0;
   for (size_t i = 1; i < sc.sink.samples.size(); ++i) after += sc.sink.samples[i].weight;
   const double owed_periods = static_cast<double>(sc.t0 + 200000000 - blocked_tick) / kPeriod;
-  EXPECT_NEAR(static_cast<double>(after), owed_periods, 3.0);
+  // Counting the wait twice would add ~15 periods; 5 leaves room for ticks delayed on a loaded
+  // machine (ctest -j2: 18 against 15 owed was seen once with a margin of 3).
+  EXPECT_NEAR(static_cast<double>(after), owed_periods, 5.0);
   EXPECT_EQ(sc.sink.stacks, 1u);
 }
 
