@@ -86,7 +86,7 @@
     if (res.length > 1) {
       M.charts.timeline(host, {
         marks: marks,
-        title: "Service CPU (process tree, measured from /proc)",
+        title: "Service CPU (process tree: each process's scheduler clock, polled by mlprof-run)",
         series: [{ name: "cores", unit: "cores", points: res.map(function (r) { return [r.t_ms * MS, r.cpu_cores]; }) }],
         refLines: s.available_cpu ? [{ value: s.available_cpu, label: s.available_cpu + " CPUs available" }] : [],
         step: true, xMax: data.timelines && data.timelines.duration_ns,
