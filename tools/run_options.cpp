@@ -124,6 +124,9 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
   auto* rto_opt = app.add_option("--ready-timeout", sv.ready_timeout_s,
                                  "Seconds to wait for the URL to answer at all (model loading)")
                       ->group(kServing)->check(CLI::Range(0.1, 86400.0))->capture_default_str();
+  auto* ru_opt = app.add_option("--ready-url", sv.ready_url,
+                                "Where to poll (GET) until the service is ready, e.g. a health route (default: --url)")
+                     ->group(kServing);
   auto* np_opt = app.add_flag("--no-profile", sv.no_profile,
                               "Serving: run the service without the profiler (a baseline for the same load)")
                      ->group(kServing);
@@ -165,13 +168,16 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
   };
   const bool serving_opt = req_opt->count() || url_opt->count() || conc_opt->count() || rps_opt->count() ||
                            max_opt->count() || warm_opt->count() || ct_opt->count() || to_opt->count() ||
-                           rto_opt->count() || np_opt->count();
+                           rto_opt->count() || np_opt->count() || ru_opt->count();
   if (serving_opt) {
     if (sv.requests.empty() || sv.url.empty())
       return fail("the serving options need both --requests FILE (one POST body per line) and --url URL (where the "
                   "service answers)");
     if (std::string why; !check_service_url(sv.url, &why))
       return fail("--url '" + sv.url + "' cannot be used: " + why + "; give e.g. http://127.0.0.1:8080/score");
+    if (std::string why; !sv.ready_url.empty() && !check_service_url(sv.ready_url, &why))
+      return fail("--ready-url '" + sv.ready_url + "' cannot be used: " + why +
+                  "; give e.g. http://127.0.0.1:8080/health");
     if (sv.content_type.empty())
       return fail("--content-type is empty; give the media type of the request bodies, e.g. application/json");
     if (conc_opt->count() && rps_opt->count())

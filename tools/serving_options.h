@@ -10,6 +10,7 @@ namespace mlprof::tools {
 struct ServingOptions {
   std::string requests;      // --requests: one POST body per line ("" = no serving workflow)
   std::string url;           // --url: where to POST (http:// or https://)
+  std::string ready_url;     // --ready-url: where readiness is polled (GET); "" = url
   uint32_t concurrency = 1;  // --concurrency: closed loop, requests in flight
   double rps = 0;            // --rps: open loop, arrivals per second (0 = closed loop)
   uint64_t max_requests = 0; // --max-requests: cycle through the file until this many (0 = the file once)
@@ -19,6 +20,7 @@ struct ServingOptions {
   double ready_timeout_s = 60; // --ready-timeout: for the URL to answer at all
   bool no_profile = false;     // --no-profile: run the service without the preload (load baseline)
   bool enabled() const { return !requests.empty(); }
+  const std::string& readiness_url() const { return ready_url.empty() ? url : ready_url; }
 };
 
 // Whether --url is one the load loop can use: parsed by libcurl's URL API, scheme http or https

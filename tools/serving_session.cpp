@@ -48,7 +48,7 @@ void ServingSession::join() {
 }
 
 void ServingSession::load_main() {
-  ready_ = wait_ready(o_.url, o_.ready_timeout_s, stop_, service_pid_);
+  ready_ = wait_ready(o_.readiness_url(), o_.ready_timeout_s, stop_, service_pid_);
   if (ready_.ready) {
     // A resource point at ready, so the load's CPU peak starts there and not up to 100 ms
     // earlier, inside the start-up (model loading can use every core).
@@ -162,14 +162,14 @@ int ServingSession::finish(profile::Profile& prof) {
     s.error = fmt::format(
         "the service {} before it answered on {}: see its output above (a crash while loading, a wrong command "
         "line or a port already in use?)",
-        exit_desc, o_.url);
+        exit_desc, o_.readiness_url());
     rc = kExitServingExited;
   } else if (!ready_.ready) {
     s.outcome = "not-ready";
     s.error = fmt::format(
         "the service did not answer on {} within {:g} s (last attempt: {}); check that it listens on that host and "
         "port, or raise --ready-timeout if it loads slowly. mlprof-run stopped it",
-        o_.url, o_.ready_timeout_s, ready_.last_error.empty() ? "no answer" : ready_.last_error);
+        o_.readiness_url(), o_.ready_timeout_s, ready_.last_error.empty() ? "no answer" : ready_.last_error);
     rc = kExitServingNotReady;
   } else if (load_.stopped || (exited_.load() && exited_ns_.load() <= load_.end_ns)) {
     // Stopped by the exit, or the exit was seen only after the last request failed on it.

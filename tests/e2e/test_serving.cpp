@@ -280,6 +280,34 @@ TEST(Serving, A503MeansNotReadyYet) {
   EXPECT_GE(sv.ready_ns - s.run.profile.run.start_ns, 800000000);
 }
 
+// --ready-url: readiness from a health route, not from the scoring URL (which answers at once here).
+TEST(Serving, ReadyUrlIsWhereReadinessIsPolled) {
+  const std::vector<std::string> server = {"--unready-ms", "800", "--unready-path", "/health"};
+  Served plain = serve({"--max-requests", "5", "--duration", "60"}, server);
+  ASSERT_TRUE(plain.run.ok);
+  ASSERT_EQ(plain.run.result.exit_code, 0) << plain.run.result.err;
+  ASSERT_GT(plain.run.profile.serving.ready_ns, 0);
+  EXPECT_LT(plain.run.profile.serving.ready_ns - plain.run.profile.run.start_ns, 800000000)
+      << "the scoring URL answered at once";
+  const int port = free_port();
+  Served health;
+  health.dir = scratch();
+  health.run = profile_run({fixture("fixture_http_server"), std::to_string(port), "--unready-ms", "800", "--unready-path",
+                            "/health"},
+                           {"--requests", write_bodies(health.dir, 5), "--url",
+                            "http://127.0.0.1:" + std::to_string(port) + "/score", "--ready-url",
+                            "http://127.0.0.1:" + std::to_string(port) + "/health", "--duration", "60"});
+  ASSERT_TRUE(health.run.ok);
+  ASSERT_EQ(health.run.result.exit_code, 0) << health.run.result.err;
+  const auto& sv = health.run.profile.serving;
+  EXPECT_EQ(sv.success_queries, 5u);
+  ASSERT_GT(sv.ready_ns, 0);
+  EXPECT_GE(sv.ready_ns - health.run.profile.run.start_ns, 800000000) << "ready before /health stopped answering 503";
+  auto r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--ready-url", "health", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--ready-url 'health' cannot be used"), std::string::npos) << r.err;
+}
+
 // The thread-pool variables are the service's own (its environment at exec), not mlprof-run's.
 TEST(Serving, PoolVariablesComeFromTheServicesEnvironment) {
   const std::string dir = scratch();
