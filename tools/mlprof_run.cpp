@@ -7,7 +7,6 @@
 #include <limits.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sched.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -81,10 +80,7 @@ std::string default_output(const std::vector<std::string>& cmd) {
 // extra["cpus"] = CPUs in our affinity mask (else online), extra["cpu_quota"] = the cgroup CPU
 // limit (v2 cpu.max or v1 cpu.cfs_quota_us, tools::own_cgroup_cpu_quota) when one is set.
 void record_cpus(profile::RunInfo& run) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) cpus = CPU_COUNT(&set);
-  if (cpus > 0) run.extra["cpus"] = fmt::format("{}", cpus);
+  run.extra["cpus"] = fmt::format("{}", tools::usable_cpus());
   const tools::CgroupQuota q = tools::own_cgroup_cpu_quota();
   if (q.millicores > 0) run.extra["cpu_quota"] = fmt::format("{:.2f}", q.millicores / 1000.0);
 }
@@ -340,16 +336,19 @@ int main(int argc, char** argv) {
       } else if (phase == 1 && (server.flushed_replies() >= server.open_connections() || t - phase_t > 1000000000)) {
         // The command and every process below it: a wrapper script's server (sh -c '...; python3
         // serve.py') would otherwise outlive the run.
+        // The command is among the descendants; it is signalled first and once (a second SIGTERM
+        // can mean "stop now" to a program's own handler).
         kill(child.pid, SIGTERM);
         stopped_pids.insert(static_cast<uint32_t>(child.pid));
         for (pid_t p : tools::descendants(getpid()))
-          if (kill(p, SIGTERM) == 0) stopped_pids.insert(static_cast<uint32_t>(p));
+          if (p != child.pid && kill(p, SIGTERM) == 0) stopped_pids.insert(static_cast<uint32_t>(p));
         phase = 2;
         phase_t = t;
       } else if (phase == 2 && t - phase_t > 5000000000LL) {
         if (!o.quiet) fprintf(stderr, "\nmlprof-run: the command ignored SIGTERM for 5 s; sending SIGKILL\n");
         kill(child.pid, SIGKILL);
-        for (pid_t p : tools::descendants(getpid())) kill(p, SIGKILL);
+        for (pid_t p : tools::descendants(getpid()))
+          if (p != child.pid) kill(p, SIGKILL);
         phase = 3;
       }
     } else {

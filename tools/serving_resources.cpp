@@ -276,11 +276,14 @@ CgroupQuota own_cgroup_cpu_quota() {
   return cgroup_cpu_quota(slurp("/proc/self/cgroup"), slurp("/proc/self/mountinfo"), slurp);
 }
 
-int64_t available_millicores(std::string* source) {
+int64_t usable_cpus() {
   cpu_set_t set;
-  int64_t cpus = 0;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
-  if (cpus <= 0) cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+int64_t available_millicores(std::string* source) {
+  const int64_t cpus = usable_cpus();
   const CgroupQuota q = own_cgroup_cpu_quota();
   if (q.millicores > 0 && q.millicores < cpus * 1000) {
     if (source) *source = "cgroup CPU quota (" + q.source + ")";

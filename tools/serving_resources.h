@@ -56,6 +56,9 @@ std::vector<pid_t> descendants(pid_t ancestor, const std::string& proc_root = "/
 int64_t peak_millicores(const std::vector<profile::ServingResourcePoint>& pts, int64_t from, int64_t to,
                         int64_t window_ns = 1000000000);
 
+// The CPUs in this process's affinity mask (else the online CPUs; at least 1).
+int64_t usable_cpus();
+
 // CPUs this process may use, in millicores: the cgroup CPU quota (cgroup_cpu_quota) when it is
 // below the CPUs in our affinity mask, else those CPUs. *source says which.
 int64_t available_millicores(std::string* source);
