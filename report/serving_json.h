@@ -17,6 +17,12 @@ inline double ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 inline double round3(double v) { return static_cast<double>(static_cast<int64_t>(v * 1000 + (v < 0 ? -0.5 : 0.5))) / 1000; }
 inline double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024 * 1024); }
 inline double per(int64_t v, uint64_t n) { return n ? static_cast<double>(v) / static_cast<double>(n) : 0.0; }
+// Requests given up at --timeout (status kTimedOut), warmup included.
+inline uint64_t timed_out(const profile::Serving& s) {
+  uint64_t n = 0;
+  for (const auto& r : s.requests) n += r.status == profile::ServingRequest::kTimedOut;
+  return n;
+}
 }  // namespace serving_detail
 
 template <class Json>
@@ -44,9 +50,7 @@ Json serving_json(const profile::Profile& p) {
   o["totalQueries"] = s.total_queries;
   o["successQueries"] = s.success_queries;
   o["successRate"] = s.total_queries ? static_cast<double>(s.success_queries) / static_cast<double>(s.total_queries) : 0.0;
-  uint64_t timed_out = 0;
-  for (const auto& r : s.requests) timed_out += r.status == profile::ServingRequest::kTimedOut;
-  o["timed_out_queries"] = timed_out;
+  o["timed_out_queries"] = timed_out(s);
   o["outcome"] = s.outcome;
   o["error"] = s.error;
   o["url"] = s.url;

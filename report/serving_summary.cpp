@@ -7,6 +7,7 @@
 
 #include "report/format.h"
 #include "report/memory_sites.h"
+#include "report/serving_json.h"
 
 namespace mlprof::report {
 
@@ -30,8 +31,7 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
                                 s.outcome);
   if (!s.error.empty()) out += "  " + clean(s.error) + "\n";
   const double rate = s.total_queries ? static_cast<double>(s.success_queries) / static_cast<double>(s.total_queries) : 0;
-  uint64_t timed_out = 0;
-  for (const auto& r : s.requests) timed_out += r.status == profile::ServingRequest::kTimedOut;
+  const uint64_t timed_out = serving_detail::timed_out(s);
   out += fmt::format("  queries {} total, {} succeeded (successRate {:.3f}){}; warmup {}, steady {}\n", s.total_queries,
                      s.success_queries, rate, timed_out ? fmt::format(", {} timed out", timed_out) : "",
                      std::min<uint64_t>(s.warmup, s.total_queries), s.window_requests);

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
-#include <vector>
 
 namespace mlprof::tools {
 
@@ -29,30 +28,30 @@ std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576
 
 constexpr int64_t kMinShareCpuUs = 200000;
 
+// Adds the entry "NAME=value" (n bytes) to `out` when NAME is a thread-pool variable.
+void add_pool_var(const char* e, size_t n, std::map<std::string, std::string>* out) {
+  for (const char* v : kPoolVars) {
+    const size_t k = strlen(v);
+    if (n > k && strncmp(e, v, k) == 0 && e[k] == '=') (*out)[v] = std::string(e + k + 1, n - k - 1);
+  }
+}
+
 }  // namespace
 
 std::map<std::string, std::string> thread_pool_env(char** env) {
   std::map<std::string, std::string> out;
-  for (char** e = env; e && *e; ++e)
-    for (const char* v : kPoolVars) {
-      size_t n = strlen(v);
-      if (strncmp(*e, v, n) == 0 && (*e)[n] == '=') out[v] = *e + n + 1;
-    }
+  for (char** e = env; e && *e; ++e) add_pool_var(*e, strlen(*e), &out);
   return out;
 }
 
 std::map<std::string, std::string> thread_pool_env_block(const std::string& block) {
-  std::vector<std::string> vars;
+  std::map<std::string, std::string> out;
   for (size_t i = 0; i < block.size();) {
-    size_t end = block.find('\0', i);
-    if (end == std::string::npos) end = block.size();
-    vars.push_back(block.substr(i, end - i));
+    const size_t end = std::min(block.find('\0', i), block.size());
+    add_pool_var(block.data() + i, end - i, &out);
     i = end + 1;
   }
-  std::vector<char*> env;
-  for (auto& v : vars) env.push_back(v.data());
-  env.push_back(nullptr);
-  return thread_pool_env(env.data());
+  return out;
 }
 
 void merge_thread_env(std::map<std::string, std::string>* into, const std::map<std::string, std::string>& from) {

@@ -5,7 +5,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <cstring>
 #include <fstream>
 
 namespace mlprof::tools {
