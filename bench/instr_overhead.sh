@@ -5,9 +5,9 @@
 # bench/instr_work.py twice, with 2 and with 12 passes of 200 requests; the difference / 2000 is
 # the cost of one request, start-up and imports cancelled. Usage:
 #   bench/instr_overhead.sh [CONFIGS]
-# CONFIGS: comma-separated subset of unprofiled, passthrough (a CPython allocator wrapper that only
-# forwards: the floor of wrapping), cpu (--no-memory), memory (the defaults); default all. A name
-# ending in "@b" uses the mlprof build in $MLPROF_BUILD_DIR_B. Takes ~1 minute per configuration.
+# CONFIGS: comma-separated configurations of bench/mlprof_configs.sh (unprofiled, passthrough: a
+# CPython allocator wrapper that only forwards, the floor of wrapping; cpu; memory; ...; "@b" for
+# the build in $MLPROF_BUILD_DIR_B); default unprofiled,passthrough,cpu,memory. ~1 minute each.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 command -v valgrind >/dev/null || { echo "instr_overhead.sh: valgrind not found (apt install valgrind)" >&2; exit 1; }
@@ -17,17 +17,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cc -O2 -shared -fPIC "$root/bench/py_alloc_passthrough.c" -o "$tmp/passthrough.so"
 echo "# git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $($py --version 2>&1)"
+. "$root/bench/mlprof_configs.sh"
 instr() {  # $1 = configuration, $2 = passes; prints the instructions executed
-  local b=${MLPROF_BUILD_DIR:-$root/build}/bin wrap=0 pre=()
-  case $1 in *@b) b=${MLPROF_BUILD_DIR_B:?"$1 needs MLPROF_BUILD_DIR_B"}/bin ;; esac
-  local mr=("$b/mlprof-run" -q --no-html -o "$tmp/run.mlprof")
-  case ${1%@b} in
-    unprofiled) ;;
-    passthrough) wrap=1 ;;
-    cpu) pre=("${mr[@]}" --no-memory --) ;;
-    memory) pre=("${mr[@]}" --) ;;
-    *) echo "instr_overhead.sh: unknown configuration '$1'" >&2; exit 2 ;;
-  esac
+  local wrap pre
+  mlprof_config "$1" "$tmp/run.mlprof" || exit 2
   # Under valgrind the profiler's first timer signal sometimes arrives while the process is still
   # loading libraries and valgrind cannot deliver it ("Can't extend stack ... during signal
   # delivery": a valgrind limit, the program is killed after ~0.5M instructions); such a run is

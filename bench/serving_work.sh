@@ -13,7 +13,6 @@
 # runs that configuration with the mlprof build in $MLPROF_BUILD_DIR_B (an A/B of two builds).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${MLPROF_BUILD_DIR:-$root/build}/bin
 rounds=${1:-8} passes=${2:-15}
 IFS=, read -r -a configs <<<"${3:-unprofiled,passthrough,cpu,memory,nosamples,nocopy}"
 py=${MLPROF_BENCH_PYTHON:-/usr/bin/python3}
@@ -21,21 +20,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cc -O2 -shared -fPIC "$root/bench/py_alloc_passthrough.c" -o "$tmp/passthrough.so"
 echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+. "$root/bench/mlprof_configs.sh"
 one() {  # $1 = configuration; prints "label seconds"
-  local wrap=0 pre=() b=$bin
-  case $1 in *@b) b=${MLPROF_BUILD_DIR_B:?"$1 needs MLPROF_BUILD_DIR_B"}/bin ;; esac
-  local mr=("$b/mlprof-run" -q --no-html -o "$tmp/run.mlprof")
-  case ${1%@b} in
-    unprofiled) ;;
-    passthrough) wrap=1 ;;
-    cpu) pre=("${mr[@]}" --no-memory --) ;;
-    memory) pre=("${mr[@]}" --) ;;
-    nosamples) pre=("${mr[@]}" --mem-interval 1099511627776 --) ;;
-    nocopy) pre=(env MLPROF_COPY_INTERVAL=0 "${mr[@]}" --) ;;
-    512K) pre=("${mr[@]}" --mem-interval 512K --) ;;
-    64K) pre=("${mr[@]}" --mem-interval 64K --) ;;
-    *) echo "serving_work.sh: unknown configuration '$1'" >&2; exit 2 ;;
-  esac
+  local wrap pre
+  mlprof_config "$1" "$tmp/run.mlprof" || exit 2
   local t
   t=$("${pre[@]}" "$py" "$root/bench/serving_work.py" "$wrap" "$tmp/passthrough.so" "$passes" 2>&1 >/dev/null |
       awk '/^T /{print $2}')
