@@ -303,9 +303,6 @@ TEST(Serving, ReadyUrlIsWhereReadinessIsPolled) {
   EXPECT_EQ(sv.success_queries, 5u);
   ASSERT_GT(sv.ready_ns, 0);
   EXPECT_GE(sv.ready_ns - health.run.profile.run.start_ns, 800000000) << "ready before /health stopped answering 503";
-  auto r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--ready-url", "health", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--ready-url 'health' cannot be used"), std::string::npos) << r.err;
 }
 
 // The thread-pool variables are the service's own (its environment at exec), not mlprof-run's.
@@ -443,42 +440,38 @@ TEST(Serving, NoProfileRunsTheSameLoadWithoutThePreload) {
   EXPECT_TRUE(s.run.profile.processes.empty()) << "no process was profiled";
 }
 
+namespace {
+
+// mlprof-run ARGS -- true must exit 2 before running anything, its message containing `says`.
+void expect_refused(std::vector<std::string> args, const std::string& says) {
+  args.insert(args.begin(), MLPROF_RUN);
+  args.insert(args.end(), {"--", "true"});
+  RunResult r = run(args);
+  EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(args);
+  EXPECT_NE(r.err.find(says), std::string::npos) << "wanted '" << says << "' in: " << r.err;
+}
+
+}  // namespace
+
 TEST(Serving, OptionMistakesAreRefusedBeforeAnythingRuns) {
-  auto r = run({MLPROF_RUN, "--requests", "/nonexistent/bodies.txt", "--url", "http://127.0.0.1:1/", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("/nonexistent/bodies.txt"), std::string::npos) << r.err;
-  r = run({MLPROF_RUN, "--url", "http://127.0.0.1:1/", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--requests"), std::string::npos) << r.err;
-  r = run({MLPROF_RUN, "--requests", "x", "--url", "127.0.0.1:1", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("http://"), std::string::npos) << r.err;
-  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--rps", "5", "--concurrency", "2", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("contradict"), std::string::npos) << r.err;
+  expect_refused({"--requests", "/nonexistent/bodies.txt", "--url", "http://127.0.0.1:1/"}, "/nonexistent/bodies.txt");
+  expect_refused({"--url", "http://127.0.0.1:1/"}, "--requests");
+  expect_refused({"--requests", "x", "--url", "127.0.0.1:1"}, "http://");
+  expect_refused({"--requests", "x", "--url", "http://h/", "--rps", "5", "--concurrency", "2"}, "contradict");
   // URLs libcurl cannot use are refused at once (they used to wait the whole --ready-timeout).
-  for (const char* url : {"http://", "http://127.0.0.1:notaport/"}) {
-    r = run({MLPROF_RUN, "--requests", "x", "--url", url, "--", "true"});
-    EXPECT_EQ(r.exit_code, 2) << url;
-    EXPECT_NE(r.err.find("cannot be used"), std::string::npos) << r.err;
-  }
+  for (const char* url : {"http://", "http://127.0.0.1:notaport/"})
+    expect_refused({"--requests", "x", "--url", url}, "cannot be used");
   // Numbers: a negative or non-numeric count says what it wants.
-  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--warmup", "-1", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("'-1' is not a whole number from 0"), std::string::npos) << r.err;
-  // A leading zero is decimal, not octal (CLI11 would read "010" as 8 and refuse "08").
-  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--concurrency", "08", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("cannot read the request file x"), std::string::npos) << "08 was refused: " << r.err;
-  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--concurrency", "01025", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("'01025' is not a whole number from 1 to 1024"), std::string::npos) << r.err;
-  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--concurrency", "abc", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("'abc' is not a whole number from 1 to 1024"), std::string::npos) << r.err;
-  r = run({MLPROF_RUN, "--requests", "x", "--url", "http://h/", "--content-type", "", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--content-type is empty"), std::string::npos) << r.err;
+  expect_refused({"--requests", "x", "--url", "http://h/", "--warmup", "-1"}, "'-1' is not a whole number from 0");
+  // A leading zero is decimal, not octal (CLI11 would read "010" as 8 and refuse "08"): "08" passes
+  // the options and the run stops only at the missing request file.
+  expect_refused({"--requests", "x", "--url", "http://h/", "--concurrency", "08"}, "cannot read the request file x");
+  expect_refused({"--requests", "x", "--url", "http://h/", "--concurrency", "01025"},
+                 "'01025' is not a whole number from 1 to 1024");
+  expect_refused({"--requests", "x", "--url", "http://h/", "--concurrency", "abc"},
+                 "'abc' is not a whole number from 1 to 1024");
+  expect_refused({"--requests", "x", "--url", "http://h/", "--content-type", ""}, "--content-type is empty");
+  expect_refused({"--requests", "x", "--url", "http://h/", "--ready-url", "health"}, "--ready-url 'health' cannot be used");
 }
 
 // The example service (examples/serve_http.py, scikit-learn from apt) through --requests, with its
