@@ -83,11 +83,15 @@
     }
 
     const res = s.resources || [];
+    // A poll's cpu_cores is the rate since the poll before: a step chart draws each value from its
+    // point on, so each value is placed at the start of its interval, and the last one held to its end.
+    const cpuSteps = res.slice(1).map(function (r, i) { return [res[i].t_ms * MS, r.cpu_cores]; });
+    if (res.length > 1) cpuSteps.push([res[res.length - 1].t_ms * MS, res[res.length - 1].cpu_cores]);
     if (res.length > 1) {
       M.charts.timeline(host, {
         marks: marks,
         title: "Service CPU (process tree: each process's scheduler clock, polled by mlprof-run)",
-        series: [{ name: "cores", unit: "cores", points: res.map(function (r) { return [r.t_ms * MS, r.cpu_cores]; }) }],
+        series: [{ name: "cores", unit: "cores", points: cpuSteps }],
         refLines: s.available_cpu ? [{ value: s.available_cpu, label: s.available_cpu + " CPUs available" }] : [],
         step: true, xMax: data.timelines && data.timelines.duration_ns,
       });
