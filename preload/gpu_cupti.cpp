@@ -158,7 +158,7 @@ void capture_stack(RawGpuEvent* ev) {
   if (n) pcs[0] -= 1;
   const int npy = what != GpuStacks::kFull ? 0
                                           : python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, nullptr,
-                                           python::WalkContext::kOwnCall);
+                                                          python::WalkContext::kOwnCall, slot ? &slot->bounds : nullptr);
   ev->nframes = static_cast<uint16_t>(n);
   ev->npy = static_cast<uint8_t>(npy);
   ev->flags = flags;

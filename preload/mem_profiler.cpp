@@ -93,7 +93,8 @@ void capture_stack(RawMemEvent* ev, uint64_t caller, bool* new_code, python::Wal
                           [caller](uint64_t pc) { return pc != caller; }, &flags);
   if (n == 0) n = 1;  // no stack bounds, or our own frames could not be unwound: the caller only
   pcs[0] = caller - 1;
-  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, new_code, py_ctx);
+  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + n), &flags, new_code, py_ctx,
+                                slot ? &slot->bounds : nullptr);
   ev->nframes = static_cast<uint16_t>(n);
   ev->npy = static_cast<uint8_t>(npy);
   ev->flags = flags;

@@ -102,37 +102,56 @@ struct Span {
 // plain loads (see walk() in python.h). Never a real pid: a process is never pid 0.
 constexpr pid_t kDirectReads = 0;
 
+// The calling thread's own stack above the walk, [lo, hi): set by walk() for a hook's walk (kHook,
+// kOwnCall) when its caller knows the thread's stack top, empty otherwise (a signal handler's walk
+// empties it until it returns). That memory holds the frames of the walk's callers, live until it
+// returns: a span inside it is copied, not read with process_vm_readv. 3.11/3.12 keep the
+// _PyCFrame, and 3.12+ its C-stack entry frames, in the eval loop's C frame: on this stack.
+struct OwnStack {
+  uint64_t lo = 0, hi = 0;
+  bool holds(const Span& sp) const { return sp.addr >= lo && sp.addr < hi && sp.len <= hi - sp.addr; }
+};
+__thread OwnStack t_own_stack __attribute__((tls_model("initial-exec")));
+
 // signal-safe. Copies the spans in order with one process_vm_readv; returns how many leading
 // spans were copied completely (the kernel stops at the first bad address and never splits an
 // element). Does not preserve errno: the callers' entry points do. n <= kMax. With kDirectReads
-// the spans are copied directly (not fault-tolerant: see kDirectReads).
+// the spans are copied directly (not fault-tolerant: see kDirectReads); so are spans on the
+// thread's own stack above the walk (t_own_stack), whatever the pid.
 template <int kMax = 6>
 int read_spans(pid_t pid, const Span* spans, int n) {
   if (pid == kDirectReads) {
     for (int i = 0; i < n; ++i) memcpy(spans[i].dst, reinterpret_cast<const void*>(spans[i].addr), spans[i].len);
     return n;
   }
+  const OwnStack own = t_own_stack;
   struct iovec local[kMax], remote[kMax];
+  int idx[kMax];  // the span of each iovec
+  int m = 0;
   size_t total = 0;
   for (int i = 0; i < n; ++i) {
-    local[i].iov_base = spans[i].dst;
-    local[i].iov_len = spans[i].len;
-    remote[i].iov_base = reinterpret_cast<void*>(spans[i].addr);
-    remote[i].iov_len = spans[i].len;
+    if (own.holds(spans[i])) {
+      memcpy(spans[i].dst, reinterpret_cast<const void*>(spans[i].addr), spans[i].len);
+      continue;
+    }
+    local[m].iov_base = spans[i].dst;
+    local[m].iov_len = spans[i].len;
+    remote[m].iov_base = reinterpret_cast<void*>(spans[i].addr);
+    remote[m].iov_len = spans[i].len;
+    idx[m++] = i;
     total += spans[i].len;
   }
-  long got = syscall(SYS_process_vm_readv, pid, local, static_cast<unsigned long>(n), remote,
-                     static_cast<unsigned long>(n), 0UL);
-  if (got < 0) return 0;
+  if (m == 0) return n;
+  long got = syscall(SYS_process_vm_readv, pid, local, static_cast<unsigned long>(m), remote,
+                     static_cast<unsigned long>(m), 0UL);
+  if (got < 0) return idx[0];
   if (static_cast<size_t>(got) == total) return n;
-  int done = 0;
   size_t acc = 0;
-  for (int i = 0; i < n; ++i) {
-    acc += spans[i].len;
-    if (acc > static_cast<size_t>(got)) break;
-    ++done;
+  for (int k = 0; k < m; ++k) {
+    acc += local[k].iov_len;
+    if (acc > static_cast<size_t>(got)) return idx[k];  // the spans before it were all copied
   }
-  return done;
+  return n;
 }
 
 // signal-safe
@@ -153,7 +172,21 @@ pid_t own_pid() {
   return p != 0 ? p : static_cast<pid_t>(syscall(SYS_getpid));
 }
 
-void refresh_pid_in_child() { g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)), std::memory_order_relaxed); }
+// This thread's id, cached (0: not read yet); the fork child's handler refreshes it on the forking
+// thread, the child's only one.
+__thread pid_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
+
+void refresh_pid_in_child() {
+  g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)), std::memory_order_relaxed);
+  t_tid = static_cast<pid_t>(syscall(SYS_gettid));
+}
+
+// signal-safe. Whether the calling thread is the process's main thread (the one whose id is the
+// pid: the one that started the interpreter, in every program that does not start it elsewhere).
+bool on_main_thread() {
+  if (t_tid == 0) t_tid = static_cast<pid_t>(syscall(SYS_gettid));
+  return t_tid == own_pid();
+}
 
 // Code objects already validated (ob_type == &PyCode_Type), with what walk() needs of them, so a
 // walk reads each code object once per process instead of once per frame. Written from signal
@@ -331,11 +364,13 @@ struct SignalBudget {
   // Trusts fingerprints cached by hook walks, but caches none: a torn frame may name a freed
   // code object whose header still looks valid.
   static constexpr bool kCacheTrackedFps = false;
+  static constexpr bool kGuess = false;  // a handler may interrupt a hook's walk (walk_tstate)
 };
 struct HookBudget {
   static constexpr int32_t kWindow = 4096;
   static constexpr int kPendingFps = 16;
   static constexpr bool kCacheTrackedFps = true;  // the thread's own frames, not torn: see g_code_track
+  static constexpr bool kGuess = true;  // the calling thread's own walks, syscalls: see WalkGuess
 };
 // Inside CPython's allocator (WalkContext::kPythonAllocator): the same as a hook walk, read with
 // plain copies, so a window needs to hold little more than a frame (a copy, not a syscall, each).
@@ -343,6 +378,7 @@ struct PythonAllocatorBudget {
   static constexpr int32_t kWindow = 512;
   static constexpr int kPendingFps = HookBudget::kPendingFps;
   static constexpr bool kCacheTrackedFps = true;
+  static constexpr bool kGuess = false;  // plain copies: nothing to save
 };
 // The writer walking another thread (walk_thread, wall mode): its stack is the writer's own, but
 // that thread may wake and change its frames during the walk, so like a signal walk it trusts
@@ -351,6 +387,7 @@ struct OtherThreadBudget {
   static constexpr int32_t kWindow = HookBudget::kWindow;
   static constexpr int kPendingFps = HookBudget::kPendingFps;
   static constexpr bool kCacheTrackedFps = false;
+  static constexpr bool kGuess = false;  // another thread's frames
 };
 constexpr uint64_t kPage = 4096;
 
@@ -405,32 +442,37 @@ void set_fp(RawPyFrame& o, uint32_t fp) {  // signal-safe
 // `first_extra` is read together with the first frame (the GIL state, 3.12+). Returns the count;
 // *failed when a read failed or a check did not hold.
 // signal-safe
+// `win` is the caller's (a hook budget's window is 4 KiB of stack); with `loaded` it already holds
+// `frame` (walk_tstate's speculative read) and first_extra is not read again.
 template <class Budget>
 int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int max, const Span* first_extra,
-                bool* extra_ok, bool* failed, bool* new_code) {
+                bool* extra_ok, bool* failed, bool* new_code, Window<Budget::kWindow>& win, bool loaded = false) {
   constexpr int kMaxSpans = 5 + Budget::kPendingFps;  // code header, firsttraceable, fp, next window, extra, fps
   const Layout& l = s.layout;
   const int32_t flen = frame_read_len(l);
-  Window<Budget::kWindow> win;
   Span spans[kMaxSpans];
   int nspans = 0;
   int n = 0;
+  int got = 0;
   *failed = false;
-  if (extra_ok) *extra_ok = false;
   if ((frame & 7) != 0) {
     *failed = true;
+    if (extra_ok) *extra_ok = false;
     return 0;
   }
-  const Span first = win.span_for(frame, flen);
-  spans[nspans++] = first;
-  if (first_extra != nullptr) spans[nspans++] = *first_extra;
-  int got = read_spans<kMaxSpans>(pid, spans, nspans);
-  if (got < 1) {
-    *failed = true;
-    return 0;
+  if (!loaded) {
+    if (extra_ok) *extra_ok = false;
+    const Span first = win.span_for(frame, flen);
+    spans[nspans++] = first;
+    if (first_extra != nullptr) spans[nspans++] = *first_extra;
+    got = read_spans<kMaxSpans>(pid, spans, nspans);
+    if (got < 1) {
+      *failed = true;
+      return 0;
+    }
+    win.set(first);
+    if (extra_ok) *extra_ok = got == nspans;
   }
-  win.set(first);
-  if (extra_ok) *extra_ok = got == nspans;
 
   // Code fingerprints (RawPyFrame::fp) are read together with the reads the walk makes anyway,
   // or two at a time when frames and code come from the window and the cache: pending[] holds
@@ -624,55 +666,111 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
 
 namespace {
 
-// signal-safe. Walks the frames of one thread state: the tstate (and, <= 3.11, the GIL holder) in
-// one read, the _PyCFrame on 3.11/3.12, then the frames. *sample_flags gets SampleFlags.
+// A hook walk's guess at where the calling thread's frames start: what its previous hook walk
+// found (the tstate, on 3.11/3.12 its _PyCFrame, the innermost frame). A thread that launches
+// kernels or allocates in a loop starts its walks from the same places every time, so the
+// tstate, the cframe and the first frame's window are read together in ONE process_vm_readv
+// instead of three dependent ones, and the guess is then checked against what was read
+// (tstate->cframe, cframe->current_frame). A wrong guess costs the bytes read for it; the walk
+// goes on with its usual reads. Only the thread's own hook walks (Budget::kGuess) use it: the
+// thread's frames cannot change while it is inside the walk, so the spans read together are as
+// consistent as when read one after the other.
+struct WalkGuess {
+  uint64_t tstate = 0, cframe = 0, frame = 0;
+};
+__thread WalkGuess t_guess __attribute__((tls_model("initial-exec")));
+
+// signal-safe. Walks the frames of one thread state: the tstate in one read, the _PyCFrame on 3.11/3.12, then the frames (all in one read when Budget::kGuess and
+// the guess holds); 3.12+ the GIL state with the first frame, or copied (the main interpreter's). *sample_flags gets SampleFlags.
 template <class Budget>
 int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int max, uint8_t* sample_flags) {
   const Layout& l = s.layout;
   uint8_t flags = kSampleHasPython;
+  const bool has_cframe = l.cframe_current_frame != kNone;
+  const int32_t cf_len = has_cframe ? (l.cframe_current_frame > l.cframe_previous ? l.cframe_current_frame : l.cframe_previous) + 8 : 0;
+  // 3.12+: the GIL's (last_holder, locked), read together with the first frame.
+  uint8_t gil_buf[16] = {};
+  const int32_t gil_lo = l.gil_last_holder < l.gil_locked ? l.gil_last_holder : l.gil_locked;
+  const int32_t gil_hi = l.gil_last_holder + 8 > l.gil_locked + 4 ? l.gil_last_holder + 8 : l.gil_locked + 4;
+  auto gil_span_at = [&](uint64_t gil) {
+    return Span{gil + static_cast<uint64_t>(gil_lo), gil_buf, static_cast<size_t>(gil_hi - gil_lo)};
+  };
+  Window<Budget::kWindow> win;
 
-  // 1. The thread state (and, <= 3.11, the GIL holder) in one read.
+  // 1. The thread state in one read; with a guess, also the cframe and the first frame's window.
   uint8_t ts[kTstateReadMax];
+  uint8_t cf[24];
   uint64_t gil_holder = 0;
-  Span spans[2];
+  Span spans[3];  // tstate, cframe (guessed), window (guessed)
   int nspans = 0;
   spans[nspans++] = Span{tstate, ts, sizeof ts};
-  if (s.gil_tstate_current != 0) spans[nspans++] = Span{s.gil_tstate_current, &gil_holder, sizeof gil_holder};
+  // <= 3.11: the GIL holder lies inside _PyRuntime (process-lifetime memory): copied.
+  if (s.gil_tstate_current != 0) read_one(kDirectReads, s.gil_tstate_current, &gil_holder, sizeof gil_holder);
+  const int base_spans = nspans;
+  WalkGuess guess;
+  Span guess_win{};
+  bool guessing = false;
+  if constexpr (Budget::kGuess) {
+    guess = t_guess;
+    guessing = guess.tstate == tstate && guess.frame != 0 && (guess.frame & 7) == 0 &&
+               (!has_cframe || (guess.cframe != 0 && (guess.cframe & 7) == 0));
+    if (guessing) {
+      if (has_cframe) spans[nspans++] = Span{guess.cframe, cf, static_cast<size_t>(cf_len)};
+      guess_win = win.span_for(guess.frame, frame_read_len(l));
+      spans[nspans++] = guess_win;
+    }
+  }
   const int got = read_spans(pid, spans, nspans);
   if (got < 1) {
     *sample_flags = flags | kSampleWalkFailed;
     return 0;
   }
-  if (got == nspans && s.gil_tstate_current != 0 && gil_holder == tstate) flags |= kSampleGilHeld;
+  if (s.gil_tstate_current != 0 && gil_holder == tstate) flags |= kSampleGilHeld;
   uint64_t frame = load<uint64_t>(ts, l.ts_frame);
   const uint64_t interp = load<uint64_t>(ts, l.ts_interp);
+  // What of the guess holds: the cframe read, the window (the first frame is the guessed one),
+  // the GIL state (read with the window).
+  bool have_cf = false, have_win = false;
+  if (guessing) {
+    int k = base_spans;
+    if (has_cframe) have_cf = got > k++ && frame == guess.cframe;
+    const uint64_t first = has_cframe ? (have_cf ? load<uint64_t>(cf, l.cframe_current_frame) : 0) : frame;
+    have_win = got > k && first == guess.frame;
+  }
 
   // 2. 3.11/3.12: tstate->cframe->current_frame (and cframe->previous, see below).
   uint64_t prev_cframe = 0;
-  if (l.cframe_current_frame != kNone && frame != 0) {
-    uint8_t cf[24];
-    const int32_t cf_len = (l.cframe_current_frame > l.cframe_previous ? l.cframe_current_frame : l.cframe_previous) + 8;
-    if ((frame & 7) != 0 || !read_one(pid, frame, cf, static_cast<size_t>(cf_len))) {
+  const uint64_t cframe = has_cframe ? frame : 0;
+  if (has_cframe && frame != 0) {
+    if (!have_cf && ((frame & 7) != 0 || !read_one(pid, frame, cf, static_cast<size_t>(cf_len)))) {
       *sample_flags = flags | kSampleWalkFailed;
       return 0;
     }
     frame = load<uint64_t>(cf, l.cframe_current_frame);
     prev_cframe = load<uint64_t>(cf, l.cframe_previous);
   }
+  if constexpr (Budget::kGuess) t_guess = WalkGuess{tstate, cframe, frame};
 
-  // 3.12+: the GIL's (last_holder, locked), read together with the first frame.
   const uint64_t gil = l.interp_ceval_gil != kNone ? gil_for_interp(pid, s, interp) : 0;
-  uint8_t gil_buf[16] = {};
-  const int32_t gil_lo = l.gil_last_holder < l.gil_locked ? l.gil_last_holder : l.gil_locked;
-  const int32_t gil_hi = l.gil_last_holder + 8 > l.gil_locked + 4 ? l.gil_last_holder + 8 : l.gil_locked + 4;
-  const Span gil_span{gil + static_cast<uint64_t>(gil_lo), gil_buf, static_cast<size_t>(gil_hi - gil_lo)};
+  const Span gil_span = gil_span_at(gil);
   bool gil_ok = false;
+  // The main interpreter's GIL state lies inside _PyRuntime (process-lifetime memory, which
+  // holds_gil reads with plain loads too): copied, not read with the frames.
+  const bool gil_static = gil != 0 && gil == g_main_gil.load(std::memory_order_relaxed);
+  if (gil_static) gil_ok = read_spans(kDirectReads, &gil_span, 1) == 1;
 
   // 3. The frames.
   int n = 0;
   bool failed = false, new_code = false;
   if (frame != 0) {
-    n = walk_frames<Budget>(pid, s, frame, out, max, gil != 0 ? &gil_span : nullptr, &gil_ok, &failed, &new_code);
+    if (have_win) {  // the first frame's window came with the tstate
+      win.set(guess_win);
+      if (gil != 0 && !gil_static) gil_ok = read_spans(pid, &gil_span, 1) == 1;
+      n = walk_frames<Budget>(pid, s, frame, out, max, nullptr, nullptr, &failed, &new_code, win, true);
+    } else {
+      n = walk_frames<Budget>(pid, s, frame, out, max, gil != 0 && !gil_static ? &gil_span : nullptr,
+                              gil_static ? nullptr : &gil_ok, &failed, &new_code, win);
+    }
     // 3.11/3.12 eval-loop entry sets tstate->cframe = &cframe a few instructions before
     // cframe.current_frame (an uninitialized local until then): a walk that fails on its very
     // first frame is retried from the previous cframe, which still holds the caller's frames
@@ -680,9 +778,9 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
     if (failed && n == 0 && prev_cframe != 0 && (prev_cframe & 7) == 0) {
       uint64_t cur = 0;
       if (read_one(pid, prev_cframe + static_cast<uint64_t>(l.cframe_current_frame), &cur, sizeof cur) && cur != 0)
-        n = walk_frames<Budget>(pid, s, cur, out, max, nullptr, nullptr, &failed, &new_code);
+        n = walk_frames<Budget>(pid, s, cur, out, max, nullptr, nullptr, &failed, &new_code, win);
     }
-  } else if (gil != 0) {
+  } else if (gil != 0 && !gil_static) {
     gil_ok = read_spans(pid, &gil_span, 1) == 1;
   }
   if (gil_ok && load<int32_t>(gil_buf, l.gil_locked - gil_lo) != 0 &&
@@ -716,7 +814,7 @@ bool holds_gil(const State& s, uint64_t tstate) {
 }  // namespace
 
 // signal-safe
-int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx) {
+int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx, uint64_t own_stack_lo, uint64_t own_stack_hi) {
   *sample_flags = 0;
   if (!g_ready.load(std::memory_order_acquire) || max <= 0) return 0;
   const State& s = g_state;
@@ -730,14 +828,29 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx) {
     errno = saved_errno;
     return 0;
   }
+  // A signal handler's walk may interrupt a hook's: it empties the hook's t_own_stack (a handler
+  // on an alternate stack is not above the walk) and puts it back when done. The walk must run on
+  // the stack the bounds describe (not on a fiber's stack elsewhere): then all of [here, hi) is
+  // mapped.
+  const OwnStack saved_own = t_own_stack;
+  const uint64_t here = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+  const bool own = here >= own_stack_lo && here < own_stack_hi &&
+                   (ctx == WalkContext::kHook || ctx == WalkContext::kOwnCall);
+  t_own_stack = own ? OwnStack{here, own_stack_hi} : OwnStack{};
   int n;
   switch (ctx) {
     case WalkContext::kPythonAllocator:
       n = walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags);
       break;
     case WalkContext::kOwnCall:
-      n = holds_gil(s, tstate) ? walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags)
-                               : walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
+      // Plain copies when the thread holds the GIL, or is the main thread: interpreter shutdown
+      // frees the states (and data stacks) of the threads it did not join, daemon threads and
+      // threads started from C, which may still be inside a library call with the GIL released;
+      // it runs on the main thread, whose own state it never frees while that thread can still
+      // be inside a call (a walk after shutdown began stops at the is_initialized check above).
+      n = holds_gil(s, tstate) || on_main_thread()
+              ? walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags)
+              : walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
       break;
     case WalkContext::kHook:
       n = walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
@@ -746,6 +859,7 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx) {
       n = walk_tstate<SignalBudget>(own_pid(), s, tstate, out, max, sample_flags);
       break;
   }
+  t_own_stack = saved_own;
   errno = saved_errno;
   return n;
 }
@@ -755,6 +869,7 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx) {
 // come and go: a torn list ends the search or the walk, never a fault).
 int walk_thread(uint64_t pthread_id, uint32_t tid, RawPyFrame* out, int max, uint8_t* sample_flags) {
   *sample_flags = 0;
+  t_own_stack = OwnStack{};  // another thread's frames: nothing is on this stack
   if (!g_ready.load(std::memory_order_acquire) || max <= 0) return 0;
   const State& s = g_state;
   const ThreadList& tl = s.threads;

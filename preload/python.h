@@ -69,9 +69,17 @@ enum class WalkContext : uint8_t { kSignal, kHook, kPythonAllocator, kOwnCall };
 // thread made from C code (a CUDA API call: gpu_cupti.cpp); plain copies as in kPythonAllocator
 // when the thread holds the GIL (checked with plain loads of the GIL holder: <= 3.11 the runtime's
 // tstate_current, 3.12+ the main interpreter's GIL), which makes the state the same as in any C
-// extension code that may allocate, where tracemalloc reads it; else fault-tolerant as a hook
-// (a thread without the GIL may be a daemon thread whose state interpreter shutdown frees).
-int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = WalkContext::kSignal);
+// extension code that may allocate, where tracemalloc reads it; also on the main thread without
+// the GIL (PyTorch releases it around each operator: its launches come that way), whose state
+// shutdown never frees under it (shutdown runs there); else fault-tolerant as a hook (another
+// thread without the GIL may be a daemon thread whose state interpreter shutdown frees).
+// own_stack_lo/hi (kHook, kOwnCall): the calling thread's stack when the caller knows it (its
+// ThreadSlot's bounds), else 0, 0. What the walk reads between its own frame and the top (3.11/3.12
+// the _PyCFrame, 3.12+ the eval loop's C-stack entry frames) is then copied instead of read with a
+// syscall: those are its callers' live frames. And a hook's walk guesses where the thread's
+// frames start from its previous walk, reading them with the thread state (python.cpp, WalkGuess).
+int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = WalkContext::kSignal,
+         uint64_t own_stack_lo = 0, uint64_t own_stack_hi = 0);
 
 // Code-object frees, as memory profiling's hook of CPython's object allocator sees them (every
 // PyObject_Free goes through it, code objects' included: they are not GC objects, checked). While

@@ -6,6 +6,7 @@
 #include "common/wire_format.h"
 #include "preload/config.h"
 #include "preload/python.h"
+#include "preload/unwinder.h"
 
 namespace mlprof::preload {
 
@@ -37,11 +38,12 @@ extern SamplerState g_sampler;
 // capture (signal handler, memory hooks, GPU callbacks) puts them right after its native pcs.
 // *new_code (when given) is set when a code object the walker had not seen is among the frames:
 // the caller then calls wake_writer() once its event is committed. ctx: python::WalkContext.
+// own_stack: python::walk's own_stack_lo/hi (hooks only: the calling thread's stack, or null).
 inline int python_frames(python::RawPyFrame* out, uint8_t* flags, bool* new_code = nullptr,
-                         python::WalkContext ctx = python::WalkContext::kSignal) {
+                         python::WalkContext ctx = python::WalkContext::kSignal, const StackBounds* own_stack = nullptr) {
   if (!g_sampler.python.load(std::memory_order_relaxed)) return 0;
   uint8_t pyflags = 0;
-  const int n = python::walk(out, kMaxPyFrames, &pyflags, ctx);
+  const int n = python::walk(out, kMaxPyFrames, &pyflags, ctx, own_stack ? own_stack->lo : 0, own_stack ? own_stack->hi : 0);
   if (pyflags & python::kSampleHasPython) *flags |= wire::kStackHasPython;
   if (pyflags & python::kSampleGilHeld) *flags |= wire::kStackGilHeld;
   if (pyflags & python::kSampleWalkFailed) *flags |= wire::kStackPyWalkFailed;

@@ -249,14 +249,15 @@ TEST(Gpu, ExportsJsonSummaryAndTrace) {
   }
 }
 
-// The same from Python: ctypes calls from two Python lines; the launch stacks' Python frames put
-// the GPU time on those lines.
+// The same from Python: ctypes calls from five Python lines on two threads (gpu_lines.py); the
+// launch stacks' Python frames put the GPU time on those lines.
 // Every supported interpreter: the frame reads differ (<= 3.11 / 3.12+ GIL checks, frame layouts).
 TEST(Gpu, PythonLinesGetTheirGpuTime) {
   REQUIRE_GPU_FIXTURES();
   const std::string script = fixture_source("gpu/gpu_lines.py");
   const uint32_t matmul = marker_line(script, "PY-GPU: matmul"), copy = marker_line(script, "PY-GPU: copy"),
-                 with_gil = marker_line(script, "PY-GPU: with-gil");
+                 with_gil = marker_line(script, "PY-GPU: with-gil"), deep = marker_line(script, "PY-GPU: deep"),
+                 shallow = marker_line(script, "PY-GPU: shallow");
   constexpr int n = 200;
   int tried = 0;
   for (auto& py : interpreters()) {
@@ -278,11 +279,13 @@ TEST(Gpu, PythonLinesGetTheirGpuTime) {
       }
       return v;
     };
-    expect_near_pct(py_line_total("gpu", matmul), n * 300, 1, "matmul line, GIL released");
-    expect_near_pct(py_line_total("gpu-memcpy-htod", copy), n * 40, 1, "copy line, GIL released");
+    expect_near_pct(py_line_total("gpu", matmul), n * 300, 1, "matmul line, main thread, GIL released");
+    expect_near_pct(py_line_total("gpu-memcpy-htod", copy), n * 40, 1, "copy line, main thread, GIL released");
     EXPECT_EQ(py_line_total("gpu-copy-bytes", copy), int64_t{n} << 20);
     EXPECT_EQ(py_line_total("gpu-kernel", copy), 0);
     expect_near_pct(py_line_total("gpu", with_gil), n * 200, 1, "launch line, GIL held");
+    expect_near_pct(py_line_total("gpu", deep), n * 100, 1, "second thread, 6 calls deep, GIL released");
+    expect_near_pct(py_line_total("gpu", shallow), n * 50, 1, "second thread, 1 call deep, GIL released");
   }
   if (!tried) GTEST_SKIP() << "no supported Python interpreter found";
 }
