@@ -60,8 +60,11 @@ bool finish_attach();
 // Whether a module whose file name starts with "libcuda.so" is loaded.
 bool libcuda_loaded();
 // Hands CUPTI's completed activity buffers to the ring (forced: also the ones still filling).
-// At exit, on the collector's flush/detach command, and periodically.
-void flush(bool forced);
+// At exit, on the collector's flush/detach command, and periodically. A flush delivers every
+// buffer CUPTI holds at once (tens of thousands of records each in a launch-bound program), while
+// launches keep filling the ring: `drain` (when given) is called on the flushing thread whenever
+// the ring is over half full between two records, and must empty it (the writer's lock held).
+void flush(bool forced, void (*drain)(void*) = nullptr, void* arg = nullptr);
 // The stream opened / ended: callbacks record or only pass through.
 inline void set_recording(bool on) { g_gpu.recording.store(on, std::memory_order_release); }
 // fork child: CUDA cannot be used after fork without exec, so GPU profiling is off in the child;
@@ -85,7 +88,7 @@ void named_text_range(const char* prefix, uint64_t* lo, uint64_t* hi);
 bool cupti_compiled();
 // Attaches CUPTI from handle; false (after saying why) when it cannot.
 bool attach_cupti(void* handle);
-void flush_cupti(bool forced);
+void flush_cupti(bool forced, void (*drain)(void*), void* arg);
 // The program's own CUPTI client takes CUPTI (gpu_interpose.cpp: its cuptiSubscribe or
 // cuptiActivityRegisterCallbacks): if attached, mlprof's activity is disabled and flushed into the
 // ring, mlprof unsubscribes and restores CUPTI's default clock, and says so once. Never attaches

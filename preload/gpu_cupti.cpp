@@ -38,7 +38,7 @@ namespace mlprof::preload::gpu {
 
 bool cupti_compiled() { return false; }
 bool attach_cupti(void*) { return false; }
-void flush_cupti(bool) {}
+void flush_cupti(bool, void (*)(void*), void*) {}
 
 #else
 
@@ -268,17 +268,91 @@ uint8_t copy_kind(uint8_t k) {
   }
 }
 
-void emit_activity(const RawGpuActivity& a, const char* name) {
+// Kernel names, interned. CUPTI gives every record of a kernel the same name pointer; PyTorch's
+// names run to hundreds of bytes, several times the rest of a record, and a launch-bound loop
+// completes tens of thousands of kernel records per activity buffer, all at once: carried in full
+// they filled the ring (session 14, H200: half of a 300,000-launch loop's kernel records lost).
+// The first record of a name carries it with a reference; the later ones the reference alone.
+// The table is guarded by the ring's lock; a pointer found again is checked against the length
+// and the ends of the name it was first seen with (CUPTI may reuse the memory of an unloaded
+// module's names). A full table sends names in full, as before.
+struct NameRef {
+  const char* ptr;
+  uint32_t ref;   // 0: a free slot
+  uint32_t len;
+  uint8_t head[16], tail[16];
+  bool sent;      // an event carrying the name was committed: the writer will know ref
+};
+constexpr uint32_t kNameRefs = 4096;  // a power of two
+constexpr int kNameProbes = 16;
+NameRef g_name_refs[kNameRefs];
+uint32_t g_next_name_ref = 1;
+
+void name_ends(const char* name, uint32_t len, uint8_t* head, uint8_t* tail) {
+  const uint32_t k = len < 16 ? len : 16;
+  memset(head, 0, 16);
+  memset(tail, 0, 16);
+  memcpy(head, name, k);
+  memcpy(tail, name + len - k, k);
+}
+
+// Ring lock held. The slot for name (found or claimed), or nullptr when the table is full.
+NameRef* name_ref(const char* name, uint32_t len) {
+  uint8_t head[16], tail[16];
+  name_ends(name, len, head, tail);
+  uint32_t i = static_cast<uint32_t>((reinterpret_cast<uintptr_t>(name) >> 3) * 0x9E3779B1u) & (kNameRefs - 1);
+  for (int probe = 0; probe < kNameProbes; ++probe, i = (i + 1) & (kNameRefs - 1)) {
+    NameRef& e = g_name_refs[i];
+    if (e.ref == 0) {
+      e = NameRef{name, g_next_name_ref++, len, {}, {}, false};
+      memcpy(e.head, head, 16);
+      memcpy(e.tail, tail, 16);
+      return &e;
+    }
+    if (e.ptr != name) continue;
+    if (e.len == len && memcmp(e.head, head, 16) == 0 && memcmp(e.tail, tail, 16) == 0) return &e;
+    // The pointer now names another kernel: a new reference for it, in this slot.
+    e = NameRef{name, g_next_name_ref++, len, {}, {}, false};
+    memcpy(e.head, head, 16);
+    memcpy(e.tail, tail, 16);
+    return &e;
+  }
+  return nullptr;
+}
+
+// The drain of a flush in progress on this thread (flush_cupti), or none: CUPTI's own thread, or a
+// flush whose caller cannot drain.
+struct FlushDrain {
+  void (*fn)(void*) = nullptr;
+  void* arg = nullptr;
+};
+__thread FlushDrain t_flush_drain __attribute__((tls_model("initial-exec")));
+
+void emit_activity(RawGpuActivity a, const char* name) {
   uint32_t name_len = name ? static_cast<uint32_t>(strnlen(name, kMaxNameLen)) : 0;
+  // Inside a flush that can drain: empty the ring before it overflows (not under the ring's lock,
+  // which the launching threads take).
+  if (t_flush_drain.fn && g_gpu.ring.ring().fill() > 0.5) t_flush_drain.fn(t_flush_drain.arg);
+  g_gpu.ring.lock();
+  NameRef* ref = name_len ? name_ref(name, name_len) : nullptr;
+  if (ref) {
+    a.name_ref = ref->ref;
+    if (ref->sent) name_len = 0;
+  }
   const uint32_t len = sizeof(RawGpuEvent) + sizeof(RawGpuActivity) + name_len;
-  uint8_t* p = reserve(len);
-  if (!p) return;
+  uint8_t* p = g_gpu.ring.ring().reserve(len);
+  if (!p) {
+    g_gpu.ring.unlock();
+    g_gpu.dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   auto* ev = reinterpret_cast<RawGpuEvent*>(p);
   memset(ev, 0, sizeof *ev);
   ev->type = static_cast<uint8_t>(EventType::kActivity);
   ev->name_len = static_cast<uint16_t>(name_len);
   memcpy(p + sizeof *ev, &a, sizeof a);
   if (name_len) memcpy(p + sizeof *ev + sizeof a, name, name_len);
+  if (ref && name_len) ref->sent = true;
   commit(len);
 }
 
@@ -579,9 +653,13 @@ void* real_cupti(const char* name) {
   return f;
 }
 
-void flush_cupti(bool forced) {
+void flush_cupti(bool forced, void (*drain)(void*), void* arg) {
   if (g_gpu.yielded.load(std::memory_order_acquire)) return;  // CUPTI is the program's now
-  if (g_api.flush_all) g_api.flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+  if (!g_api.flush_all) return;
+  const FlushDrain saved = t_flush_drain;
+  t_flush_drain = FlushDrain{drain, arg};
+  g_api.flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+  t_flush_drain = saved;
 }
 
 #endif  // MLPROF_HAVE_CUPTI

@@ -45,7 +45,11 @@ struct RawGpuActivity {
   uint32_t grid[3], block[3];
   uint8_t kind;          // wire::GpuActivityKind
   uint8_t copy_kind;     // wire::GpuCopyKind
-  uint8_t reserved[6];
+  uint16_t reserved;
+  // The kernel name's reference (gpu_cupti.cpp, interned names), 0: none. An event whose name_len
+  // is not 0 carries the name (and tells the writer what name_ref stands for); later events of the
+  // same kernel carry name_ref alone.
+  uint32_t name_ref;
 };
 static_assert(sizeof(RawGpuActivity) == 80);
 

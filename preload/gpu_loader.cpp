@@ -253,10 +253,10 @@ void fork_child() {
   g_gpu.ring.reset_in_child();
 }
 
-void flush(bool forced) {
+void flush(bool forced, void (*drain)(void*), void* arg) {
   if (!attached()) return;
   mem::Guard guard;
-  flush_cupti(forced);
+  flush_cupti(forced, drain, arg);
 }
 
 }  // namespace mlprof::preload::gpu

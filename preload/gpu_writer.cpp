@@ -15,23 +15,60 @@ namespace {
 constexpr int64_t kGpuFlushNs = 1'000'000'000;
 }
 
+// The stream's id of an activity's kernel name, sending the name the first time (0: no name). A
+// name carried in full (name_len) is remembered under its reference (the preload's interned
+// names, gpu_cupti.cpp): later events carry the reference alone. References outlive a stream
+// (restart), the stream's ids do not.
+uint64_t Writer::gpu_name_id(uint32_t ref, const uint8_t* name, uint32_t name_len) {
+  if (name_len) {
+    if (ref) {
+      if (ref >= gpu_ref_names_.size()) gpu_ref_names_.resize(ref + 1);
+      gpu_ref_names_[ref].assign(reinterpret_cast<const char*>(name), name_len);
+    }
+  } else {
+    if (ref < gpu_ref_ids_.size() && gpu_ref_ids_[ref]) return gpu_ref_ids_[ref];
+    if (ref >= gpu_ref_names_.size() || gpu_ref_names_[ref].empty())
+      return 0;  // cannot happen: the preload sends a name in full until an event with it is in the ring
+  }
+  std::string text = name_len ? std::string(reinterpret_cast<const char*>(name), name_len) : gpu_ref_names_[ref];
+  auto [it, fresh] = gpu_names_.try_emplace(std::move(text), gpu_names_.size() + 1);
+  if (fresh) {
+    enc_.begin(wire::Record::kGpuName);
+    enc_.u(it->second);
+    enc_.str(it->first);
+    enc_.end();
+  }
+  if (ref) {
+    if (ref >= gpu_ref_ids_.size()) gpu_ref_ids_.resize(ref + 1);
+    gpu_ref_ids_[ref] = it->second;
+  }
+  return it->second;
+}
+
 void Writer::drain_gpu(int64_t now) {
-  gpu::State& g = gpu::g_gpu;
   // Events exist only once CUPTI is attached (the ring is mapped before the phase says so).
   if (!gpu::attached()) return;
-  {
-    if (!gpu_config_sent_) {
-      enc_.begin(wire::Record::kGpuConfig);
-      enc_.u(g.clock);
-      enc_.s(g.clock_offset_ns);
-      enc_.u(g.cupti_version);
-      enc_.end();
-      gpu_config_sent_ = true;
-    }
-    if (now - gpu_last_flush_ns_ >= kGpuFlushNs) {
-      gpu_last_flush_ns_ = now;
-      gpu::flush(false);  // completed buffers only; CUPTI's own period (1 s) does the same
-    }
+  if (now - gpu_last_flush_ns_ >= kGpuFlushNs) {
+    gpu_last_flush_ns_ = now;
+    flush_gpu(false);  // completed buffers only; CUPTI's own period (1 s) does the same
+  }
+  drain_gpu_ring();
+}
+
+void Writer::flush_gpu(bool forced) {
+  gpu::flush(forced, [](void* w) { static_cast<Writer*>(w)->drain_gpu_ring(); }, this);
+}
+
+void Writer::drain_gpu_ring() {
+  gpu::State& g = gpu::g_gpu;
+  if (!gpu::attached()) return;
+  if (!gpu_config_sent_) {
+    enc_.begin(wire::Record::kGpuConfig);
+    enc_.u(g.clock);
+    enc_.s(g.clock_offset_ns);
+    enc_.u(g.cupti_version);
+    enc_.end();
+    gpu_config_sent_ = true;
   }
   // The writer is the ring's only consumer: drain() needs no lock (producers serialise on it).
   g.ring.ring().drain([&](const uint8_t* data, uint32_t len) {
@@ -66,17 +103,7 @@ void Writer::drain_gpu(int64_t now) {
         if (sizeof ev + sizeof a + ev.name_len > len) return;
         memcpy(&a, data + sizeof ev, sizeof a);
         uint64_t name_id = 0;
-        if (ev.name_len) {
-          std::string name(reinterpret_cast<const char*>(data + sizeof ev + sizeof a), ev.name_len);
-          auto [it, fresh] = gpu_names_.try_emplace(std::move(name), gpu_names_.size() + 1);
-          name_id = it->second;
-          if (fresh) {
-            enc_.begin(wire::Record::kGpuName);
-            enc_.u(name_id);
-            enc_.str(it->first);
-            enc_.end();
-          }
-        }
+        if (ev.name_len || a.name_ref) name_id = gpu_name_id(a.name_ref, data + sizeof ev + sizeof a, ev.name_len);
         enc_.begin(wire::Record::kGpuActivity);
         enc_.u(a.kind);
         enc_.u(a.correlation);

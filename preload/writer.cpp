@@ -203,7 +203,7 @@ void Writer::loop() {
     }
     // The collector's flush and detach commands: CUPTI's buffered activity goes out with them.
     if (cmd == static_cast<int>(wire::Command::kFlush) || cmd == static_cast<int>(wire::Command::kDetach))
-      gpu::flush(true);
+      flush_gpu(true);
     cycle(false);
     if (cmd == static_cast<int>(wire::Command::kFlush)) {
       send_counters();
@@ -247,9 +247,12 @@ void Writer::finish(wire::EndReason reason, int status) {
   cfi_cancel_refresh(true);
   wake_writer();
   if (was_running && !pthread_equal(pthread_self(), thread_)) pthread_join(thread_, nullptr);
-  gpu::flush(true);  // CUPTI's buffered activity records, before the last drain
-  gpu::set_recording(false);
   pthread_mutex_lock(&mu_);
+  // CUPTI's buffered activity records, before the last drain (and drained as they come: a
+  // launch-bound program's last buffers can hold more than the ring).
+  if (!ended_) flush_gpu(true);
+  else gpu::flush(true);
+  gpu::set_recording(false);
   if (!ended_) {
     cycle(true);
     end_stream(reason, status);
@@ -688,6 +691,7 @@ void Writer::reset_stream_state() {
   python_announced_ = false;
   mem_python_sent_ = false;
   gpu_names_.clear();
+  gpu_ref_ids_.clear();
   gpu_config_sent_ = false;
   last_mem_ns_ = 0;  // start() sets the new stream's base
   modules_.reset();

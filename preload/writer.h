@@ -66,6 +66,10 @@ class Writer : private WallSink {
   void check_memory(int64_t now, bool final);
   // GPU profiling (preload/gpu.h): defined in gpu_writer.cpp.
   void drain_gpu(int64_t now);
+  // mu_ held. flush_gpu: gpu::flush, draining the GPU ring as the flush fills it; drain_gpu_ring:
+  // the GPU ring into wire records (gpu_writer.cpp).
+  void flush_gpu(bool forced);
+  void drain_gpu_ring();
   void announce_thread(ThreadSlot* s);
   void flush_out();
   void end_stream(wire::EndReason reason, int status);
@@ -151,6 +155,9 @@ class Writer : private WallSink {
 
   // GPU profiling: kernel names sent on this stream, GPU_CONFIG sent, the periodic flush.
   std::unordered_map<std::string, uint64_t> gpu_names_;
+  std::vector<std::string> gpu_ref_names_;  // the preload's kernel name references (not per stream)
+  std::vector<uint64_t> gpu_ref_ids_;       // reference -> this stream's name id (0: not sent yet)
+  uint64_t gpu_name_id(uint32_t ref, const uint8_t* name, uint32_t name_len);
   bool gpu_config_sent_ = false;
   bool gpu_attach_due_ = false;  // modules came in while GPU profiling waits for libcuda (writer thread only)
   int64_t gpu_last_flush_ns_ = 0;
