@@ -445,6 +445,13 @@ class Builder {
     return intern_frame(f);
   }
 
+  uint32_t gc_frame() {
+    Frame f;
+    f.kind = profile::FrameKind::kNative;
+    f.function = strings_.intern(std::string(profile::kGcFrameName));
+    return intern_frame(f);
+  }
+
   SymbolizedStack symbolize_stack(const ProcessStream& s, const std::vector<int>& handles, const RawStack& st) {
     SymbolizedStack out;
     out.python = !st.py.empty();
@@ -482,10 +489,16 @@ class Builder {
       // are counted as unwind_stopped, not as merge failures.
       out.unwind_incomplete = (st.flags & (wire::kStackUnwindStop | wire::kStackLeafOnly | wire::kStackTruncated)) != 0;
       for (auto& ref : merged) {
-        if (ref.python)
+        if (ref.python) {
+          // The interpreter's garbage collector ran on this thread (preload: kFrameInGc on the
+          // innermost Python frame): a frame of its own between that line and the native frames
+          // it ran, so that the collection shows under the line that triggered it, by name even
+          // in an interpreter without symbols.
+          if (ref.index == 0 && (st.py[0].flags & 2)) ids.push_back(gc_frame());
           ids.push_back(python_frame(s, st.py[ref.index]));
-        else
+        } else {
           ids.insert(ids.end(), native[ref.index].begin(), native[ref.index].end());
+        }
       }
     }
 

@@ -27,7 +27,7 @@ struct RawModule {
 struct RawPyFrame {
   uint64_t code_id = 0;
   uint32_t offset = 0;   // byte offset of the instruction; UINT32_MAX: not started (first line)
-  uint8_t flags = 0;     // 1 = entry frame of an eval-loop invocation
+  uint8_t flags = 0;     // 1 = entry frame of an eval-loop invocation; 2 = in the garbage collector
 };
 
 struct RawStack {

@@ -37,7 +37,8 @@ enum class Record : uint8_t {
   // as a zigzag delta from the previous. Frame 0 is the interrupted pc; the rest are return
   // addresses (the collector looks them up at pc-1). flags (see StackFlags).
   // Since 1.1: npy, then npy Python frames, innermost first: code_id, offset+1 (0 = the frame has
-  // not started: its first line), frame flags (1 = entry frame of an eval-loop invocation).
+  // not started: its first line), frame flags (1 = entry frame of an eval-loop invocation; 2 = on
+  // the innermost frame: the interpreter's garbage collector was running on this thread).
   kStack = 7,
   // tid, stack_id, mono_ns delta from the previous sample of this stream (s), weight (ticks)
   kSample = 8,

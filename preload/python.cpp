@@ -365,12 +365,14 @@ struct SignalBudget {
   // code object whose header still looks valid.
   static constexpr bool kCacheTrackedFps = false;
   static constexpr bool kGuess = false;  // a handler may interrupt a hook's walk (walk_tstate)
+  static constexpr bool kGcFlag = true;  // CPU samples: time in the garbage collector (kFrameInGc)
 };
 struct HookBudget {
   static constexpr int32_t kWindow = 4096;
   static constexpr int kPendingFps = 16;
   static constexpr bool kCacheTrackedFps = true;  // the thread's own frames, not torn: see g_code_track
   static constexpr bool kGuess = true;  // the calling thread's own walks, syscalls: see WalkGuess
+  static constexpr bool kGcFlag = false;
 };
 // Inside CPython's allocator (WalkContext::kPythonAllocator): the same as a hook walk, read with
 // plain copies, so a window needs to hold little more than a frame (a copy, not a syscall, each).
@@ -379,6 +381,7 @@ struct PythonAllocatorBudget {
   static constexpr int kPendingFps = HookBudget::kPendingFps;
   static constexpr bool kCacheTrackedFps = true;
   static constexpr bool kGuess = false;  // plain copies: nothing to save
+  static constexpr bool kGcFlag = false;
 };
 // The writer walking another thread (walk_thread, wall mode): its stack is the writer's own, but
 // that thread may wake and change its frames during the walk, so like a signal walk it trusts
@@ -388,6 +391,7 @@ struct OtherThreadBudget {
   static constexpr int kPendingFps = HookBudget::kPendingFps;
   static constexpr bool kCacheTrackedFps = false;
   static constexpr bool kGuess = false;  // another thread's frames
+  static constexpr bool kGcFlag = true;  // wall mode's samples
 };
 constexpr uint64_t kPage = 4096;
 
@@ -439,14 +443,15 @@ void set_fp(RawPyFrame& o, uint32_t fp) {  // signal-safe
 
 // The frame chain from `frame`, innermost first, into out[0..max): at most one read per frame (the
 // next frame's window plus, the first time a code object is seen, its header), usually fewer.
-// `first_extra` is read together with the first frame (the GIL state, 3.12+). Returns the count;
-// *failed when a read failed or a check did not hold.
+// `extras` (nextra <= 2) are read together with the first frame (the GIL state 3.12+, the
+// collector's flag); *extras_got: how many of them were read. Returns the count; *failed when a
+// read failed or a check did not hold.
 // signal-safe
 // `win` is the caller's (a hook budget's window is 4 KiB of stack); with `loaded` it already holds
-// `frame` (walk_tstate's speculative read) and first_extra is not read again.
+// `frame` (walk_tstate's speculative read) and no extras are read.
 template <class Budget>
-int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int max, const Span* first_extra,
-                bool* extra_ok, bool* failed, bool* new_code, Window<Budget::kWindow>& win, bool loaded = false) {
+int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int max, const Span* extras, int nextra,
+                int* extras_got, bool* failed, bool* new_code, Window<Budget::kWindow>& win, bool loaded = false) {
   constexpr int kMaxSpans = 5 + Budget::kPendingFps;  // code header, firsttraceable, fp, next window, extra, fps
   const Layout& l = s.layout;
   const int32_t flen = frame_read_len(l);
@@ -455,23 +460,22 @@ int walk_frames(pid_t pid, const State& s, uint64_t frame, RawPyFrame* out, int 
   int n = 0;
   int got = 0;
   *failed = false;
+  if (extras_got) *extras_got = 0;
   if ((frame & 7) != 0) {
     *failed = true;
-    if (extra_ok) *extra_ok = false;
     return 0;
   }
   if (!loaded) {
-    if (extra_ok) *extra_ok = false;
     const Span first = win.span_for(frame, flen);
     spans[nspans++] = first;
-    if (first_extra != nullptr) spans[nspans++] = *first_extra;
+    for (int i = 0; i < nextra && i < 2; ++i) spans[nspans++] = extras[i];
     got = read_spans<kMaxSpans>(pid, spans, nspans);
     if (got < 1) {
       *failed = true;
       return 0;
     }
     win.set(first);
-    if (extra_ok) *extra_ok = got == nspans;
+    if (extras_got) *extras_got = got - 1;
   }
 
   // Code fingerprints (RawPyFrame::fp) are read together with the reads the walk makes anyway,
@@ -759,6 +763,24 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
   const bool gil_static = gil != 0 && gil == g_main_gil.load(std::memory_order_relaxed);
   if (gil_static) gil_ok = read_spans(kDirectReads, &gil_span, 1) == 1;
 
+  // Sampling walks: the collector's flag (gc.collecting: a collection is running in this
+  // interpreter), read with the first frame, or copied where it lies inside _PyRuntime (3.8's
+  // runtime-wide state; the main interpreter's from 3.12).
+  int32_t gc_collecting = 0;
+  Span gc_span{};
+  bool want_gc = false, gc_static = false, gc_ok = false;
+  if constexpr (Budget::kGcFlag) {
+    if (l.rt_gc_collecting != kNone) {
+      gc_span = Span{s.runtime + static_cast<uint64_t>(l.rt_gc_collecting), &gc_collecting, sizeof gc_collecting};
+      want_gc = gc_static = true;
+    } else if (l.interp_gc_collecting != kNone && interp != 0 && (interp & 7) == 0) {
+      gc_span = Span{interp + static_cast<uint64_t>(l.interp_gc_collecting), &gc_collecting, sizeof gc_collecting};
+      want_gc = true;
+      gc_static = s.runtime_size != 0 && gc_span.addr >= s.runtime && gc_span.addr + gc_span.len <= s.runtime + s.runtime_size;
+    }
+    if (gc_static && frame != 0) gc_ok = read_spans(kDirectReads, &gc_span, 1) == 1;
+  }
+
   // 3. The frames.
   int n = 0;
   bool failed = false, new_code = false;
@@ -766,10 +788,16 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
     if (have_win) {  // the first frame's window came with the tstate
       win.set(guess_win);
       if (gil != 0 && !gil_static) gil_ok = read_spans(pid, &gil_span, 1) == 1;
-      n = walk_frames<Budget>(pid, s, frame, out, max, nullptr, nullptr, &failed, &new_code, win, true);
+      n = walk_frames<Budget>(pid, s, frame, out, max, nullptr, 0, nullptr, &failed, &new_code, win, true);
     } else {
-      n = walk_frames<Budget>(pid, s, frame, out, max, gil != 0 && !gil_static ? &gil_span : nullptr,
-                              gil_static ? nullptr : &gil_ok, &failed, &new_code, win);
+      Span extras[2];
+      int nextra = 0, gil_at = -1, gc_at = -1;
+      if (gil != 0 && !gil_static) gil_at = nextra, extras[nextra++] = gil_span;
+      if (want_gc && !gc_static) gc_at = nextra, extras[nextra++] = gc_span;
+      int extras_got = 0;
+      n = walk_frames<Budget>(pid, s, frame, out, max, extras, nextra, &extras_got, &failed, &new_code, win);
+      if (gil_at >= 0) gil_ok = extras_got > gil_at;
+      if (gc_at >= 0) gc_ok = extras_got > gc_at;
     }
     // 3.11/3.12 eval-loop entry sets tstate->cframe = &cframe a few instructions before
     // cframe.current_frame (an uninitialized local until then): a walk that fails on its very
@@ -778,7 +806,7 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
     if (failed && n == 0 && prev_cframe != 0 && (prev_cframe & 7) == 0) {
       uint64_t cur = 0;
       if (read_one(pid, prev_cframe + static_cast<uint64_t>(l.cframe_current_frame), &cur, sizeof cur) && cur != 0)
-        n = walk_frames<Budget>(pid, s, cur, out, max, nullptr, nullptr, &failed, &new_code, win);
+        n = walk_frames<Budget>(pid, s, cur, out, max, nullptr, 0, nullptr, &failed, &new_code, win);
     }
   } else if (gil != 0 && !gil_static) {
     gil_ok = read_spans(pid, &gil_span, 1) == 1;
@@ -786,6 +814,8 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
   if (gil_ok && load<int32_t>(gil_buf, l.gil_locked - gil_lo) != 0 &&
       load<uint64_t>(gil_buf, l.gil_last_holder - gil_lo) == tstate)
     flags |= kSampleGilHeld;
+  // Only the thread holding the GIL can be the one collecting (the flag is the interpreter's).
+  if (gc_ok && gc_collecting != 0 && n > 0 && (flags & kSampleGilHeld)) out[0].flags |= kFrameInGc;
   for (int i = 0; i < n; ++i) {
     const uint32_t fp = frame_fingerprint(out[i]);
     if (fp != 0 && code_cache_fp_changed(out[i].code, fp)) new_code = true;
@@ -1027,6 +1057,11 @@ const char* apply_debug_offsets(const DebugOffsets313& d, uint32_t version_hex, 
   l->interp_ceval_gil = static_cast<int32_t>(d.interpreter_state.ceval_gil);
   l->gil_locked = static_cast<int32_t>(d.interpreter_state.gil_runtime_state_locked - d.interpreter_state.gil_runtime_state);
   l->gil_last_holder = static_cast<int32_t>(d.interpreter_state.gil_runtime_state_holder - d.interpreter_state.gil_runtime_state);
+  // The collector's flag: gc.collecting inside the interpreter's gc state (kept from the table when
+  // the published offsets do not fit inside the interpreter state).
+  if (d.gc.collecting + 4 <= d.gc.size && d.interpreter_state.gc + d.gc.size <= d.interpreter_state.size &&
+      d.interpreter_state.gc + d.gc.collecting < 0x7fffffff)
+    l->interp_gc_collecting = static_cast<int32_t>(d.interpreter_state.gc + d.gc.collecting);
   l->fr_back = static_cast<int32_t>(d.interpreter_frame.previous);
   l->fr_code = static_cast<int32_t>(d.interpreter_frame.executable);
   l->fr_instr = static_cast<int32_t>(d.interpreter_frame.instr_ptr);

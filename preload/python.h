@@ -19,6 +19,8 @@ enum class TableFormat : uint8_t {
 enum FrameFlags : uint8_t {
   kFrameEntry = 1,  // this frame was entered by a new C-level call of the eval loop (3.11 is_entry;
                     // 3.12+: the frame below a CSTACK shim; <= 3.10: every frame)
+  kFrameInGc = 2,   // innermost frame of a CPU / wall sample: the thread held the GIL while its
+                    // interpreter's garbage collector was running (gc.collecting)
 };
 
 // One Python frame as the handler records it.

@@ -18,6 +18,7 @@ struct Layout {
 
   // _PyRuntimeState (the _PyRuntime symbol).
   int32_t rt_gil_tstate_current = kNone;  // gilstate.tstate_current (<= 3.11): the GIL holder
+  int32_t rt_gc_collecting = kNone;       // 3.8: gc.collecting (int): a collection is running
 
   // PyThreadState.
   int32_t ts_interp = 16;
@@ -29,6 +30,7 @@ struct Layout {
   int32_t interp_ceval_gil = kNone;  // ceval.gil: struct _gil_runtime_state*
   int32_t gil_last_holder = kNone;   // _gil_runtime_state.last_holder (PyThreadState*)
   int32_t gil_locked = kNone;        // _gil_runtime_state.locked (int)
+  int32_t interp_gc_collecting = kNone;  // 3.9+: gc.collecting (int): a collection is running
 
   // Frames: PyFrameObject (<= 3.10) or _PyInterpreterFrame (3.11+).
   bool interpreter_frames = false;
@@ -60,6 +62,7 @@ inline constexpr Layout kLayout38 = [] {
   Layout l;
   l.minor = 8;
   l.rt_gil_tstate_current = 1368;
+  l.rt_gc_collecting = 544;
   l.ts_frame = 24;
   l.fr_back = 24; l.fr_code = 32; l.fr_instr = 104;
   l.co_filename = 104; l.co_name = 112; l.co_firstlineno = 40; l.co_linetable = 120;  // co_lnotab
@@ -71,6 +74,8 @@ inline constexpr Layout kLayout39 = [] {
   Layout l = kLayout38;
   l.minor = 9;
   l.rt_gil_tstate_current = 568;  // _PyRuntimeState lost its 800-byte inline `ceval` in 3.9
+  l.rt_gc_collecting = kNone;     // the collector's state moved into PyInterpreterState
+  l.interp_gc_collecting = 816;
   return l;
 }();
 
@@ -88,6 +93,7 @@ inline constexpr Layout kLayout311 = [] {
   Layout l;
   l.minor = 11;
   l.rt_gil_tstate_current = 576;
+  l.interp_gc_collecting = 848;
   l.ts_frame = 56; l.cframe_current_frame = 8; l.cframe_previous = 16;
   l.interpreter_frames = true;
   l.fr_back = 48; l.fr_code = 32; l.fr_instr = 56; l.fr_is_entry = 68; l.fr_owner = 69;
@@ -103,6 +109,7 @@ inline constexpr Layout kLayout312 = [] {
   l.minor = 12;
   l.ts_frame = 56; l.cframe_current_frame = 0; l.cframe_previous = 8;
   l.interp_ceval_gil = 384; l.gil_last_holder = 8; l.gil_locked = 16;
+  l.interp_gc_collecting = 312;
   l.interpreter_frames = true;
   l.fr_back = 8; l.fr_code = 0; l.fr_instr = 56; l.fr_owner = 70;
   l.owner_max = 3; l.owner_cstack = 3;
@@ -120,6 +127,7 @@ inline constexpr Layout kLayout313 = [] {
   l.minor = 13;
   l.ts_frame = 72; l.cframe_current_frame = kNone; l.cframe_previous = kNone;
   l.interp_ceval_gil = 16; l.gil_last_holder = 8; l.gil_locked = 16;
+  l.interp_gc_collecting = 7600;
   l.fr_code = 0;  // f_executable: a code object, or None for shims
   l.co_code_adaptive = 200; l.co_firsttraceable = 184;
   return l;

@@ -18,6 +18,10 @@ enum class FrameKind : uint8_t {
   kUnknown = 3,
 };
 
+// The frame the collector puts between a Python line and the native frames of a garbage collection
+// that line triggered (the preload saw the interpreter's gc.collecting set on the GIL holder).
+inline constexpr const char* kGcFrameName = "[Python garbage collector]";
+
 // One frame of a symbolized stack. String fields are indexes into Profile::strings (0 is "").
 struct Frame {
   uint32_t function = 0;    // demangled function name; 0 when unknown

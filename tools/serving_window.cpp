@@ -78,7 +78,8 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) 
         for (uint32_t f : p.stacks[s.stack].frames) {
           const std::string& fn = p.str(p.frames.at(f).function);
           mm = mm || is_matmul_function(fn);
-          gc = gc || contains(fn, "gc_collect") || fn == "collect" || contains(fn, "_PyGC_");
+          gc = gc || fn == profile::kGcFrameName || contains(fn, "gc_collect") || fn == "collect" ||
+               contains(fn, "_PyGC_");
           lock = lock || contains(fn, "pthread_mutex") || contains(fn, "take_gil") || contains(fn, "futex") ||
                  contains(fn, "pthread_cond");
         }

@@ -15,7 +15,8 @@ namespace mlprof::tools {
 struct WindowCpu {
   int64_t total_us = 0, interpreter_us = 0, native_us = 0, system_us = 0;
   int64_t matmul_us = 0;  // samples with a BLAS / matmul frame (gemm, matmul, dot, ...)
-  int64_t gc_us = 0;      // samples inside the Python garbage collector
+  int64_t gc_us = 0;      // samples inside the Python garbage collector (profile::kGcFrameName, or its
+                          // functions by name where the interpreter has symbols)
   int64_t lock_wait_us = 0;  // wall mode: waits in locks / the GIL
   std::map<uint32_t, int64_t> per_thread_us;  // thread index -> CPU
 };

@@ -1,7 +1,8 @@
 // Python line numbers and processes against ground truth: tests/fixtures/python/lines.py burns on
 // one marked line in each kind of code (multi-line statement, decorator, comprehension,
 // generator, async, zip import, exec); short_modules.py in short-lived module code;
-// multiproc.py burns in multiprocessing children.
+// multiproc.py burns in multiprocessing children; gc_time.py spends one phase in the garbage
+// collector.
 #include <map>
 #include <set>
 
@@ -59,6 +60,59 @@ TEST_P(PythonLines, ShortLivedModuleCodeIsNamed) {
   const int64_t freed = function_total(run.profile, "<code object freed before it was read>");
   EXPECT_GE(in_modules, busy_us * 6 / 10) << "busy " << busy_us << " us, unnamed " << freed << " us";
   EXPECT_LE(freed, busy_us * 2 / 10) << "busy " << busy_us << " us";
+}
+
+// Time in the garbage collector shows as a "[Python garbage collector]" frame right under the
+// line that triggered the collection (the preload reads the interpreter's gc.collecting flag on
+// the GIL holder: no symbols needed), and nowhere else.
+TEST_P(PythonLines, GarbageCollectionIsShownUnderItsLine) {
+  const std::string script = kDir + "gc_time.py";
+  Profiled run = profile_run({GetParam().path, script, "0.4"});
+  ASSERT_TRUE(run.ok);
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.err;
+  const auto& p = run.profile;
+  std::map<uint32_t, int64_t> line_cpu, line_gc;  // marked line -> CPU of stacks with it innermost, in GC
+  std::map<uint32_t, std::string> names;
+  for (const char* name : {"collect", "churn", "arithmetic"}) names[marker_line(script, std::string("# GC: ") + name)] = name;
+  int64_t gc_elsewhere = 0;
+  for (auto& sv : p.stack_values) {
+    const auto& frames = p.stacks.at(sv.stack).frames;
+    const int64_t c = sv.values.at(cpu(p));
+    // The innermost Python frame of the stack, and whether the frame just inside it is the GC's.
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const auto& f = p.frames.at(frames[i]);
+      if (f.kind != profile::FrameKind::kPython) continue;
+      const bool gc = i > 0 && p.str(p.frames.at(frames[i - 1]).function) == profile::kGcFrameName;
+      const std::string& file = p.str(f.file);
+      if (file.size() >= 10 && file.compare(file.size() - 10, 10, "gc_time.py") == 0 && names.count(f.line)) {
+        line_cpu[f.line] += c;
+        if (gc) line_gc[f.line] += c;
+      } else if (gc) {
+        gc_elsewhere += c;
+      }
+      break;
+    }
+  }
+  for (auto& [line, name] : names) {
+    SCOPED_TRACE(name);
+    ASSERT_GE(line_cpu[line], 200000) << "line " << line << " has most of its 0.4 s";
+    if (name == "collect")
+      EXPECT_GE(line_gc[line], line_cpu[line] * 8 / 10) << "gc.collect() over a 200,000-object heap";
+    else
+      EXPECT_LE(line_gc[line], line_cpu[line] / 20);
+  }
+  int64_t gc_frames = 0;  // the frame is never anywhere but right inside a Python frame
+  for (auto& sv : p.stack_values) {
+    const auto& frames = p.stacks.at(sv.stack).frames;
+    for (size_t i = 0; i < frames.size(); ++i)
+      if (p.str(p.frames.at(frames[i]).function) == profile::kGcFrameName) {
+        ++gc_frames;
+        ASSERT_LT(i + 1, frames.size());
+        EXPECT_EQ(p.frames.at(frames[i + 1]).kind, profile::FrameKind::kPython);
+      }
+  }
+  EXPECT_GT(gc_frames, 0);
+  EXPECT_LE(gc_elsewhere, line_cpu[marker_line(script, "# GC: collect")] / 10) << "imports, start-up";
 }
 
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonLines, ::testing::ValuesIn(supported_interpreters()),

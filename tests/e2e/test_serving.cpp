@@ -476,6 +476,26 @@ TEST(Serving, OptionMistakesAreRefusedBeforeAnythingRuns) {
 
 // The example service (examples/serve_http.py, scikit-learn from apt) through --requests, with its
 // planted leak: every request answered, and the leak line retains about the planted bytes.
+// A tail caused by the garbage collector is named in the advice, on an interpreter without the
+// collector's symbols (Debian's python3): the preload flags samples taken while the collector
+// runs, the collector gives them a "[Python garbage collector]" frame, the advice counts it.
+TEST(Serving, AGarbageCollectorTailIsNamedInTheAdvice) {
+  const std::string src = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/gc_service.py";
+  const std::string dir = scratch();
+  const int port = free_port();
+  Profiled r = profile_run({"/usr/bin/python3", src, std::to_string(port)},
+                           {"--requests", write_bodies(dir, 20), "--url", "http://127.0.0.1:" + std::to_string(port) + "/score",
+                            "--max-requests", "210", "--warmup", "10", "--concurrency", "1", "--duration", "120"});
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+  const auto& sv = r.profile.serving;
+  EXPECT_EQ(sv.success_queries, 210u);
+  ASSERT_GE(sv.p99_ns, 3 * sv.p50_ns) << "every 10th request collects: a long tail";
+  bool named = false;
+  for (auto& a : sv.advice) named = named || a.find("of the steady-state CPU is in the Python garbage collector") != std::string::npos;
+  EXPECT_TRUE(named) << ::testing::PrintToString(sv.advice);
+}
+
 TEST(Serving, ExampleServiceEndToEnd) {
   if (run({"/usr/bin/python3", "-c", "import sklearn"}).exit_code != 0)
     GTEST_SKIP() << "/usr/bin/python3 has no scikit-learn (apt install python3-sklearn)";

@@ -125,6 +125,20 @@ TEST(ServingWindow, CpuPerLineCountsOnlyTheWindow) {
   EXPECT_EQ(w.matmul_us, 50000);  // sgemm_kernel
 }
 
+// The collector's "[Python garbage collector]" frame (the preload saw gc.collecting on the GIL
+// holder) counts as time in the collector, in an interpreter without symbols too.
+TEST(ServingWindow, TheGarbageCollectorFrameCountsAsGc) {
+  Profile p = serving_profile();
+  auto w = tools::window_cpu(p, p.serving.window_start_ns, p.serving.window_end_ns);
+  EXPECT_EQ(w.gc_us, 0);
+  StringTable st(p.strings);
+  p.frames.push_back({st.intern(profile::kGcFrameName), 0, 0, 0, 0, FrameKind::kNative, false});
+  p.stacks[1].frames.insert(p.stacks[1].frames.begin(), static_cast<uint32_t>(p.frames.size() - 1));
+  w = tools::window_cpu(p, p.serving.window_start_ns, p.serving.window_end_ns);
+  EXPECT_EQ(w.gc_us, 25000);  // stack 1's window: 5 samples of 5 ms
+  EXPECT_EQ(w.total_us, 75000);
+}
+
 TEST(ServingJson, CloudFieldsUnderTheirNames) {
   Profile p = serving_profile();
   auto j = nlohmann::json::parse(report::export_json(p));
