@@ -273,48 +273,39 @@ uint8_t copy_kind(uint8_t k) {
 // completes tens of thousands of kernel records per activity buffer, all at once: carried in full
 // they filled the ring (session 14, H200: half of a 300,000-launch loop's kernel records lost).
 // The first record of a name carries it with a reference; the later ones the reference alone.
-// The table is guarded by the ring's lock; a pointer found again is checked against the length
-// and the ends of the name it was first seen with (CUPTI may reuse the memory of an unloaded
-// module's names). A full table sends names in full, as before.
+// The table is guarded by the ring's lock; a pointer found again must have the length and the
+// 64-bit hash of the whole name it was first seen with (CUPTI may reuse an unloaded module's
+// memory for other names, and template kernels' names often differ only in the middle). A full
+// table, or references past 2^24, send names in full, as before.
 struct NameRef {
   const char* ptr;
   uint32_t ref;   // 0: a free slot
   uint32_t len;
-  uint8_t head[16], tail[16];
+  uint64_t hash;  // FNV-1a of the name's bytes
   bool sent;      // an event carrying the name was committed: the writer will know ref
 };
 constexpr uint32_t kNameRefs = 4096;  // a power of two
 constexpr int kNameProbes = 16;
+constexpr uint32_t kMaxNameRef = 1u << 24;
 NameRef g_name_refs[kNameRefs];
 uint32_t g_next_name_ref = 1;
 
-void name_ends(const char* name, uint32_t len, uint8_t* head, uint8_t* tail) {
-  const uint32_t k = len < 16 ? len : 16;
-  memset(head, 0, 16);
-  memset(tail, 0, 16);
-  memcpy(head, name, k);
-  memcpy(tail, name + len - k, k);
+uint64_t name_hash(const char* name, uint32_t len) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (uint32_t i = 0; i < len; ++i) h = (h ^ static_cast<uint8_t>(name[i])) * 0x100000001b3ULL;
+  return h;
 }
 
 // Ring lock held. The slot for name (found or claimed), or nullptr when the table is full.
-NameRef* name_ref(const char* name, uint32_t len) {
-  uint8_t head[16], tail[16];
-  name_ends(name, len, head, tail);
+NameRef* name_ref(const char* name, uint32_t len, uint64_t hash) {
   uint32_t i = static_cast<uint32_t>((reinterpret_cast<uintptr_t>(name) >> 3) * 0x9E3779B1u) & (kNameRefs - 1);
   for (int probe = 0; probe < kNameProbes; ++probe, i = (i + 1) & (kNameRefs - 1)) {
     NameRef& e = g_name_refs[i];
-    if (e.ref == 0) {
-      e = NameRef{name, g_next_name_ref++, len, {}, {}, false};
-      memcpy(e.head, head, 16);
-      memcpy(e.tail, tail, 16);
-      return &e;
-    }
-    if (e.ptr != name) continue;
-    if (e.len == len && memcmp(e.head, head, 16) == 0 && memcmp(e.tail, tail, 16) == 0) return &e;
-    // The pointer now names another kernel: a new reference for it, in this slot.
-    e = NameRef{name, g_next_name_ref++, len, {}, {}, false};
-    memcpy(e.head, head, 16);
-    memcpy(e.tail, tail, 16);
+    if (e.ref != 0 && e.ptr != name) continue;
+    if (e.ref != 0 && e.len == len && e.hash == hash) return &e;
+    // A free slot, or the pointer now names another kernel: a new reference for it, here.
+    if (g_next_name_ref >= kMaxNameRef) return nullptr;
+    e = NameRef{name, g_next_name_ref++, len, hash, false};
     return &e;
   }
   return nullptr;
@@ -333,8 +324,9 @@ void emit_activity(RawGpuActivity a, const char* name) {
   // Inside a flush that can drain: empty the ring before it overflows (not under the ring's lock,
   // which the launching threads take).
   if (t_flush_drain.fn && g_gpu.ring.ring().fill() > 0.5) t_flush_drain.fn(t_flush_drain.arg);
+  const uint64_t hash = name_len ? name_hash(name, name_len) : 0;
   g_gpu.ring.lock();
-  NameRef* ref = name_len ? name_ref(name, name_len) : nullptr;
+  NameRef* ref = name_len ? name_ref(name, name_len, hash) : nullptr;
   if (ref) {
     a.name_ref = ref->ref;
     if (ref->sent) name_len = 0;

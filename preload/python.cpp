@@ -109,7 +109,7 @@ constexpr pid_t kDirectReads = 0;
 // _PyCFrame, and 3.12+ its C-stack entry frames, in the eval loop's C frame: on this stack.
 struct OwnStack {
   uint64_t lo = 0, hi = 0;
-  bool holds(const Span& sp) const { return sp.addr >= lo && sp.addr < hi && sp.len <= hi - sp.addr; }
+  bool holds(const Span& sp) const { return lo != 0 && sp.addr >= lo && sp.addr < hi && sp.len <= hi - sp.addr; }
 };
 __thread OwnStack t_own_stack __attribute__((tls_model("initial-exec")));
 
@@ -172,21 +172,7 @@ pid_t own_pid() {
   return p != 0 ? p : static_cast<pid_t>(syscall(SYS_getpid));
 }
 
-// This thread's id, cached (0: not read yet); the fork child's handler refreshes it on the forking
-// thread, the child's only one.
-__thread pid_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
-
-void refresh_pid_in_child() {
-  g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)), std::memory_order_relaxed);
-  t_tid = static_cast<pid_t>(syscall(SYS_gettid));
-}
-
-// signal-safe. Whether the calling thread is the process's main thread (the one whose id is the
-// pid: the one that started the interpreter, in every program that does not start it elsewhere).
-bool on_main_thread() {
-  if (t_tid == 0) t_tid = static_cast<pid_t>(syscall(SYS_gettid));
-  return t_tid == own_pid();
-}
+void refresh_pid_in_child() { g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)), std::memory_order_relaxed); }
 
 // Code objects already validated (ob_type == &PyCode_Type), with what walk() needs of them, so a
 // walk reads each code object once per process instead of once per frame. Written from signal
@@ -826,6 +812,15 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
   return n;
 }
 
+// Whether the calling thread is the interpreter's main thread: _PyRuntime.main_thread, the ident of
+// the thread that initialised the runtime (CPython resets it in a fork child), a plain load of
+// process-lifetime memory. A wrong offset reads a word that is not this thread's pthread_t: no.
+bool on_python_main_thread(const State& s) {
+  if (s.layout.rt_main_thread == kNone) return false;
+  const uint64_t main = *reinterpret_cast<const volatile uint64_t*>(s.runtime + static_cast<uint64_t>(s.layout.rt_main_thread));
+  return main != 0 && main == static_cast<uint64_t>(pthread_self());
+}
+
 // Whether the calling thread, whose thread state is tstate, holds the GIL: plain loads of
 // process-lifetime memory only (<= 3.11 _PyRuntime.gilstate.tstate_current; 3.12+ the main
 // interpreter's GIL, once a walk found it: inside _PyRuntime). Only this thread can release a GIL
@@ -873,12 +868,14 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx, uint6
       n = walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags);
       break;
     case WalkContext::kOwnCall:
-      // Plain copies when the thread holds the GIL, or is the main thread: interpreter shutdown
-      // frees the states (and data stacks) of the threads it did not join, daemon threads and
-      // threads started from C, which may still be inside a library call with the GIL released;
-      // it runs on the main thread, whose own state it never frees while that thread can still
-      // be inside a call (a walk after shutdown began stops at the is_initialized check above).
-      n = holds_gil(s, tstate) || on_main_thread()
+      // Plain copies when the thread holds the GIL, or is the interpreter's main thread (the one
+      // that initialised it): interpreter shutdown frees the states (and data stacks) of the
+      // threads it did not join, daemon threads and threads started from C, which may still be
+      // inside a library call with the GIL released; it runs on the main thread, whose own state
+      // it never frees while that thread can still be inside a call (a walk after shutdown began
+      // stops at the is_initialized check above). An embedding program that starts Python on a
+      // worker thread makes that worker the main thread, not the process's first thread.
+      n = holds_gil(s, tstate) || on_python_main_thread(s)
               ? walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags)
               : walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
       break;

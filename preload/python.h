@@ -20,7 +20,8 @@ enum FrameFlags : uint8_t {
   kFrameEntry = 1,  // this frame was entered by a new C-level call of the eval loop (3.11 is_entry;
                     // 3.12+: the frame below a CSTACK shim; <= 3.10: every frame)
   kFrameInGc = 2,   // innermost frame of a CPU / wall sample: the thread held the GIL while its
-                    // interpreter's garbage collector was running (gc.collecting)
+                    // interpreter's garbage collector was running (gc.collecting; the flag is the
+                    // interpreter's: see docs/python.md for when another thread gets it)
 };
 
 // One Python frame as the handler records it.
@@ -71,10 +72,11 @@ enum class WalkContext : uint8_t { kSignal, kHook, kPythonAllocator, kOwnCall };
 // thread made from C code (a CUDA API call: gpu_cupti.cpp); plain copies as in kPythonAllocator
 // when the thread holds the GIL (checked with plain loads of the GIL holder: <= 3.11 the runtime's
 // tstate_current, 3.12+ the main interpreter's GIL), which makes the state the same as in any C
-// extension code that may allocate, where tracemalloc reads it; also on the main thread without
-// the GIL (PyTorch releases it around each operator: its launches come that way), whose state
-// shutdown never frees under it (shutdown runs there); else fault-tolerant as a hook (another
-// thread without the GIL may be a daemon thread whose state interpreter shutdown frees).
+// extension code that may allocate, where tracemalloc reads it; also on the interpreter's main
+// thread (_PyRuntime.main_thread) without the GIL (PyTorch releases it around each operator: its
+// launches come that way), whose state shutdown never frees under it (shutdown runs there); else
+// fault-tolerant as a hook (another thread without the GIL may be a daemon thread whose state
+// interpreter shutdown frees).
 // own_stack_lo/hi (kHook, kOwnCall): the calling thread's stack when the caller knows it (its
 // ThreadSlot's bounds), else 0, 0. What the walk reads between its own frame and the top (3.11/3.12
 // the _PyCFrame, 3.12+ the eval loop's C-stack entry frames) is then copied instead of read with a

@@ -19,6 +19,8 @@ struct Layout {
   // _PyRuntimeState (the _PyRuntime symbol).
   int32_t rt_gil_tstate_current = kNone;  // gilstate.tstate_current (<= 3.11): the GIL holder
   int32_t rt_gc_collecting = kNone;       // 3.8: gc.collecting (int): a collection is running
+  int32_t rt_main_thread = kNone;         // main_thread (unsigned long): the ident (pthread_self) of
+                                          // the thread that initialised the runtime
 
   // PyThreadState.
   int32_t ts_interp = 16;
@@ -63,6 +65,7 @@ inline constexpr Layout kLayout38 = [] {
   l.minor = 8;
   l.rt_gil_tstate_current = 1368;
   l.rt_gc_collecting = 544;
+  l.rt_main_thread = 72;
   l.ts_frame = 24;
   l.fr_back = 24; l.fr_code = 32; l.fr_instr = 104;
   l.co_filename = 104; l.co_name = 112; l.co_firstlineno = 40; l.co_linetable = 120;  // co_lnotab
@@ -93,6 +96,7 @@ inline constexpr Layout kLayout311 = [] {
   Layout l;
   l.minor = 11;
   l.rt_gil_tstate_current = 576;
+  l.rt_main_thread = 80;
   l.interp_gc_collecting = 848;
   l.ts_frame = 56; l.cframe_current_frame = 8; l.cframe_previous = 16;
   l.interpreter_frames = true;
@@ -107,6 +111,7 @@ inline constexpr Layout kLayout311 = [] {
 inline constexpr Layout kLayout312 = [] {
   Layout l;
   l.minor = 12;
+  l.rt_main_thread = 64;
   l.ts_frame = 56; l.cframe_current_frame = 0; l.cframe_previous = 8;
   l.interp_ceval_gil = 384; l.gil_last_holder = 8; l.gil_locked = 16;
   l.interp_gc_collecting = 312;
@@ -125,6 +130,7 @@ inline constexpr Layout kLayout312 = [] {
 inline constexpr Layout kLayout313 = [] {
   Layout l = kLayout312;
   l.minor = 13;
+  l.rt_main_thread = 656;  // after the _Py_DebugOffsets that open _PyRuntimeState
   l.ts_frame = 72; l.cframe_current_frame = kNone; l.cframe_previous = kNone;
   l.interp_ceval_gil = 16; l.gil_last_holder = 8; l.gil_locked = 16;
   l.interp_gc_collecting = 7600;

@@ -247,12 +247,18 @@ void Writer::finish(wire::EndReason reason, int status) {
   cfi_cancel_refresh(true);
   wake_writer();
   if (was_running && !pthread_equal(pthread_self(), thread_)) pthread_join(thread_, nullptr);
-  pthread_mutex_lock(&mu_);
-  // CUPTI's buffered activity records, before the last drain (and drained as they come: a
-  // launch-bound program's last buffers can hold more than the ring).
-  if (!ended_) flush_gpu(true);
-  else gpu::flush(true);
+  // CUPTI's buffered activity records, before the last drain, drained as they come (a
+  // launch-bound program's last buffers can hold more than the ring). Not under mu_: another
+  // thread may hold a CUDA lock while it waits for mu_ (fork_prepare in an atfork handler run
+  // after CUDA's); the drain takes mu_ for each drain.
+  gpu::flush(true, [](void* w) {
+    auto* self = static_cast<Writer*>(w);
+    pthread_mutex_lock(&self->mu_);
+    if (!self->ended_) self->drain_gpu_ring();
+    pthread_mutex_unlock(&self->mu_);
+  }, this);
   gpu::set_recording(false);
+  pthread_mutex_lock(&mu_);
   if (!ended_) {
     cycle(true);
     end_stream(reason, status);

@@ -210,6 +210,32 @@ TEST(Gpu, AFlushOfManyHeldBuffersLosesNothing) {
   EXPECT_EQ(g.kernels[1].calls, static_cast<uint64_t>(n));
 }
 
+// Interned kernel names (gpu_cupti.cpp): a name pointer reused for another name of the same
+// length and ends gets a reference of its own; past the 4,096-entry table names go in full.
+TEST(Gpu, KernelNamesStayRightWhenPointersAreReusedOrMany) {
+  REQUIRE_GPU_FIXTURES();
+  const std::string script = fixture_source("gpu/gpu_names.py");
+  auto r = profile_run({"/usr/bin/python3", script, fake_cuda()}, {},
+                       {"MLPROF_CUPTI_PATH=" + stub_cupti(), "STUB_CUPTI_MODE=small-buffers"});
+  ASSERT_TRUE(r.ok);
+  ASSERT_NE(r.result.out.find("attached=1"), std::string::npos) << r.result.out << r.result.err;
+  ASSERT_EQ(r.profile.gpu.size(), 1u) << messages(r.profile);
+  const auto& g = r.profile.gpu[0];
+  std::map<std::string, std::pair<uint64_t, int64_t>> by_name;  // calls, total ns
+  for (auto& k : g.kernels) by_name[r.profile.str(k.name)] = {k.calls, k.total_ns};
+  EXPECT_EQ(by_name["reused_name_head_AAAA_and_the_same_tail"], (std::pair<uint64_t, int64_t>{8, 8000}));
+  EXPECT_EQ(by_name["reused_name_head_BBBB_and_the_same_tail"], (std::pair<uint64_t, int64_t>{8, 16000}));
+  int many = 0;
+  for (int i = 0; i < 5000; ++i) {
+    char name[32];
+    snprintf(name, sizeof name, "many_%05d", i);
+    auto it = by_name.find(name);
+    many += it != by_name.end() && it->second == std::pair<uint64_t, int64_t>{1, 3000};
+  }
+  EXPECT_EQ(many, 5000);
+  EXPECT_EQ(g.kernels.size(), 5002u);
+}
+
 // Launch stacks use the CFI unwinder whatever the sampling unwinder is, with memory profiling off
 // too (the writer then builds the CFI tables for the GPU callbacks alone).
 TEST(Gpu, StacksWithLibunwindSamplerAndNoMemory) {
