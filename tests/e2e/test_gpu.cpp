@@ -337,6 +337,40 @@ TEST(Gpu, PythonLinesGetTheirGpuTime) {
   if (!tried) GTEST_SKIP() << "no supported Python interpreter found";
 }
 
+// The hook walks' own-stack copies and guesses under a storm of sampling signals: at 5 kHz the CPU
+// sampler's handler often interrupts a launch callback's walk on the same thread (it empties the
+// walk's own-stack range and puts it back). 3.11 and 3.12 keep the cframe and the entry frames on
+// the C stack, where those copies happen. The lines must stay right and the program unharmed.
+TEST(Gpu, HookWalksSurviveSignalsInTheMiddle) {
+  REQUIRE_GPU_FIXTURES();
+  const std::string script = fixture_source("gpu/gpu_lines.py");
+  const uint32_t deep = marker_line(script, "PY-GPU: deep"), shallow = marker_line(script, "PY-GPU: shallow");
+  constexpr int n = 3000;
+  int tried = 0;
+  for (auto& py : interpreters()) {
+    if (!mlprof_supports(py) || (py.minor != 11 && py.minor != 12)) continue;
+    ++tried;
+    SCOPED_TRACE(py.path);
+    auto r = profile_run({py.path, script, fake_cuda(), std::to_string(n)}, {"--rate", "5000"},
+                         {"MLPROF_CUPTI_PATH=" + stub_cupti()});
+    ASSERT_TRUE(r.ok);
+    EXPECT_EQ(r.result.exit_code, 0) << r.result.err;
+    ASSERT_EQ(r.profile.gpu.size(), 1u) << messages(r.profile);
+    int64_t d = 0, s = 0;
+    for (auto& l : r.profile.lines) {
+      const std::string& f = r.profile.str(l.file);
+      if (f.size() < 12 || f.compare(f.size() - 12, 12, "gpu_lines.py") != 0) continue;
+      const uint32_t m = r.profile.metric("gpu");
+      if (m == profile::kNone) continue;
+      if (l.line == deep) d += l.total.at(m);
+      if (l.line == shallow) s += l.total.at(m);
+    }
+    expect_near_pct(d, int64_t{n} * 100, 1, "second thread, 6 calls deep");
+    expect_near_pct(s, int64_t{n} * 50, 1, "second thread, 1 call deep");
+  }
+  if (!tried) GTEST_SKIP() << "no Python 3.11 or 3.12 found";
+}
+
 // mlprof-run --duration stops a program that would run for minutes: the flush before SIGTERM
 // must bring CUPTI's buffered activity with it (the stub only hands buffers back when flushed).
 TEST(Gpu, DurationStopFlushesActivity) {
