@@ -337,6 +337,28 @@ uint64_t gil_for_interp(pid_t pid, const State& s, uint64_t interp) {
   return gil;
 }
 
+// Which thread is collecting. gc.collecting is the interpreter's flag, not a thread's, and the
+// collecting thread lets go of the GIL in the middle of a collection whenever a finalizer does I/O
+// or runs Python code past the switch interval: the thread holding the GIL then is not the
+// collector (a thread spinning beside a gc.collect() loop whose objects' __del__ sleep was marked
+// for all of its time). The collector is the thread that held the GIL when a sample first saw the
+// flag set; a sample that sees it clear ends that collection. Samples are much denser than
+// collections are long, so the first sighting is nearly always made while the collector still
+// holds the GIL (it starts each collection with it, and traversing the heap comes first).
+// signal-safe: one word, compare-and-swap.
+std::atomic<uint64_t> g_gc_owner{0};  // the collector's tstate; 0: no collection seen running
+
+bool gc_owner_is(uint64_t tstate, bool collecting, bool gil_held) {
+  if (!collecting) {
+    if (g_gc_owner.load(std::memory_order_relaxed) != 0) g_gc_owner.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  if (!gil_held) return false;
+  uint64_t owner = g_gc_owner.load(std::memory_order_relaxed);
+  if (owner == 0 && g_gc_owner.compare_exchange_strong(owner, tstate, std::memory_order_relaxed)) return true;
+  return owner == tstate;
+}
+
 // The frame chain is read through a window: one read copies the frame AND the memory below it
 // on the same page (at most kWindow bytes). From 3.11 on, frames live contiguously in the
 // thread's data stack, callers below callees, so one read usually yields several frames;
@@ -800,8 +822,8 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
   if (gil_ok && load<int32_t>(gil_buf, l.gil_locked - gil_lo) != 0 &&
       load<uint64_t>(gil_buf, l.gil_last_holder - gil_lo) == tstate)
     flags |= kSampleGilHeld;
-  // Only the thread holding the GIL can be the one collecting (the flag is the interpreter's).
-  if (gc_ok && gc_collecting != 0 && n > 0 && (flags & kSampleGilHeld)) out[0].flags |= kFrameInGc;
+  if (gc_ok && gc_owner_is(tstate, gc_collecting != 0, (flags & kSampleGilHeld) != 0) && n > 0)
+    out[0].flags |= kFrameInGc;
   for (int i = 0; i < n; ++i) {
     const uint32_t fp = frame_fingerprint(out[i]);
     if (fp != 0 && code_cache_fp_changed(out[i].code, fp)) new_code = true;

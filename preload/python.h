@@ -19,9 +19,9 @@ enum class TableFormat : uint8_t {
 enum FrameFlags : uint8_t {
   kFrameEntry = 1,  // this frame was entered by a new C-level call of the eval loop (3.11 is_entry;
                     // 3.12+: the frame below a CSTACK shim; <= 3.10: every frame)
-  kFrameInGc = 2,   // innermost frame of a CPU / wall sample: the thread held the GIL while its
-                    // interpreter's garbage collector was running (gc.collecting; the flag is the
-                    // interpreter's: see docs/python.md for when another thread gets it)
+  kFrameInGc = 2,   // innermost frame of a CPU / wall sample: the thread is the one collecting
+                    // (its interpreter's gc.collecting set, and it held the GIL when a sample first
+                    // saw it set: python.cpp, gc_owner_is)
 };
 
 // One Python frame as the handler records it.
