@@ -39,12 +39,8 @@ one() {  # $1 = configuration; prints "name launches_per_s"
   echo "$name $r"
 }
 echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $launches launches"
-n=${#configs[@]}
-for ((i = 0; i < rounds; i++)); do
-  for ((k = 0; k < n; k++)); do
-    one "${configs[$(((i + k) % n))]}" | sed "s/^/$i /"
-  done
-done | tee "$tmp/runs.txt" | sed 's/^/  round /'
+. "$root/bench/rounds.sh"
+run_rounds "$rounds" "$tmp/runs.txt" "${configs[@]}"
 python3 - "$tmp/runs.txt" "${configs[@]}" <<'PY'
 import collections, statistics, sys
 runs = collections.defaultdict(list)

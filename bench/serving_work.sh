@@ -30,12 +30,8 @@ one() {  # $1 = configuration; prints "label seconds"
   [ -n "$t" ] || { echo "serving_work.sh: configuration $1 printed no time" >&2; exit 1; }
   echo "$1 $t"
 }
-n=${#configs[@]}
-for ((i = 0; i < rounds; i++)); do
-  for ((k = 0; k < n; k++)); do
-    one "${configs[$(((i + k) % n))]}" | sed "s/^/$i /"
-  done
-done | tee "$tmp/runs.txt" | sed 's/^/  round /'
+. "$root/bench/rounds.sh"
+run_rounds "$rounds" "$tmp/runs.txt" "${configs[@]}"
 python3 - "$tmp/runs.txt" "${configs[@]}" <<'PY'
 import collections, statistics, sys
 t = collections.defaultdict(dict)
