@@ -12,6 +12,7 @@
 #include <set>
 
 #include "e2e_util.h"
+#include "memory_util.h"
 #include "python_util.h"
 
 namespace {
@@ -36,16 +37,21 @@ constexpr int kIters = 50;
 
 uint32_t line_of(const std::string& marker) { return marker_line(fixture_source("gpu/gpu_app.cpp"), marker); }
 
-// Total of `metric` over the lines of gpu_app.cpp numbered `line` (the call's line).
-int64_t line_total(const profile::Profile& p, const std::string& metric, uint32_t line) {
+// Total of `metric` over the lines numbered `line` of the files ending in `file_suffix`; -1 when
+// the profile has no such metric.
+int64_t file_line_total(const profile::Profile& p, const std::string& metric, const std::string& file_suffix,
+                        uint32_t line) {
   const uint32_t m = p.metric(metric);
   if (m == profile::kNone) return -1;
   int64_t v = 0;
-  for (auto& l : p.lines) {
-    const std::string& f = p.str(l.file);
-    if (l.line == line && f.size() >= 11 && f.compare(f.size() - 11, 11, "gpu_app.cpp") == 0) v += l.total.at(m);
-  }
+  for (auto& l : p.lines)
+    if (l.line == line && ends_with(p.str(l.file), file_suffix)) v += l.total.at(m);
   return v;
+}
+
+// The same on gpu_app.cpp (the call's line).
+int64_t line_total(const profile::Profile& p, const std::string& metric, uint32_t line) {
+  return file_line_total(p, metric, "gpu_app.cpp", line);
 }
 
 bool has_message(const profile::Profile& p, const std::string& text) {
@@ -317,14 +323,7 @@ TEST(Gpu, PythonLinesGetTheirGpuTime) {
     const auto& p = r.profile;
     ASSERT_EQ(p.gpu.size(), 1u) << messages(p);
     auto py_line_total = [&](const std::string& metric, uint32_t line) {
-      const uint32_t m = p.metric(metric);
-      int64_t v = 0;
-      for (auto& l : p.lines) {
-        const std::string& f = p.str(l.file);
-        if (m != profile::kNone && l.line == line && f.size() >= 12 && f.compare(f.size() - 12, 12, "gpu_lines.py") == 0)
-          v += l.total.at(m);
-      }
-      return v;
+      return file_line_total(p, metric, "gpu_lines.py", line);
     };
     expect_near_pct(py_line_total("gpu", matmul), n * 300, 1, "matmul line, main thread, GIL released");
     expect_near_pct(py_line_total("gpu-memcpy-htod", copy), n * 40, 1, "copy line, main thread, GIL released");
@@ -356,17 +355,10 @@ TEST(Gpu, HookWalksSurviveSignalsInTheMiddle) {
     ASSERT_TRUE(r.ok);
     EXPECT_EQ(r.result.exit_code, 0) << r.result.err;
     ASSERT_EQ(r.profile.gpu.size(), 1u) << messages(r.profile);
-    int64_t d = 0, s = 0;
-    for (auto& l : r.profile.lines) {
-      const std::string& f = r.profile.str(l.file);
-      if (f.size() < 12 || f.compare(f.size() - 12, 12, "gpu_lines.py") != 0) continue;
-      const uint32_t m = r.profile.metric("gpu");
-      if (m == profile::kNone) continue;
-      if (l.line == deep) d += l.total.at(m);
-      if (l.line == shallow) s += l.total.at(m);
-    }
-    expect_near_pct(d, int64_t{n} * 100, 1, "second thread, 6 calls deep");
-    expect_near_pct(s, int64_t{n} * 50, 1, "second thread, 1 call deep");
+    expect_near_pct(file_line_total(r.profile, "gpu", "gpu_lines.py", deep), int64_t{n} * 100, 1,
+                    "second thread, 6 calls deep");
+    expect_near_pct(file_line_total(r.profile, "gpu", "gpu_lines.py", shallow), int64_t{n} * 50, 1,
+                    "second thread, 1 call deep");
   }
   if (!tried) GTEST_SKIP() << "no Python 3.11 or 3.12 found";
 }

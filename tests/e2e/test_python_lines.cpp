@@ -3,10 +3,12 @@
 // generator, async, zip import, exec); short_modules.py in short-lived module code;
 // multiproc.py burns in multiprocessing children; gc_time.py spends one phase in the garbage
 // collector.
+#include <algorithm>
 #include <map>
 #include <set>
 
 #include "e2e_util.h"
+#include "memory_util.h"
 #include "python_util.h"
 
 namespace {
@@ -20,6 +22,17 @@ std::map<std::pair<std::string, uint32_t>, int64_t> python_lines(const profile::
   std::map<std::pair<std::string, uint32_t>, int64_t> out;
   for (auto& l : p.lines) out[{p.str(l.file), l.line}] += l.self.at(cpu(p));
   return out;
+}
+
+// The innermost Python frame of a stack (an index into frames), or frames.size() when it has none.
+size_t innermost_python(const profile::Profile& p, const std::vector<uint32_t>& frames) {
+  size_t i = 0;
+  while (i < frames.size() && p.frames.at(frames[i]).kind != profile::FrameKind::kPython) ++i;
+  return i;
+}
+
+bool is_gc_frame(const profile::Profile& p, uint32_t frame) {
+  return p.str(p.frames.at(frame).function) == profile::kGcFrameName;
 }
 
 class PythonLines : public ::testing::TestWithParam<Interpreter> {};
@@ -79,18 +92,15 @@ TEST_P(PythonLines, GarbageCollectionIsShownUnderItsLine) {
     const auto& frames = p.stacks.at(sv.stack).frames;
     const int64_t c = sv.values.at(cpu(p));
     // The innermost Python frame of the stack, and whether the frame just inside it is the GC's.
-    for (size_t i = 0; i < frames.size(); ++i) {
-      const auto& f = p.frames.at(frames[i]);
-      if (f.kind != profile::FrameKind::kPython) continue;
-      const bool gc = i > 0 && p.str(p.frames.at(frames[i - 1]).function) == profile::kGcFrameName;
-      const std::string& file = p.str(f.file);
-      if (file.size() >= 10 && file.compare(file.size() - 10, 10, "gc_time.py") == 0 && names.count(f.line)) {
-        line_cpu[f.line] += c;
-        if (gc) line_gc[f.line] += c;
-      } else if (gc) {
-        gc_elsewhere += c;
-      }
-      break;
+    const size_t i = innermost_python(p, frames);
+    if (i == frames.size()) continue;
+    const auto& f = p.frames.at(frames[i]);
+    const bool gc = i > 0 && is_gc_frame(p, frames[i - 1]);
+    if (ends_with(p.str(f.file), "gc_time.py") && names.count(f.line)) {
+      line_cpu[f.line] += c;
+      if (gc) line_gc[f.line] += c;
+    } else if (gc) {
+      gc_elsewhere += c;
     }
   }
   for (auto& [line, name] : names) {
@@ -105,7 +115,7 @@ TEST_P(PythonLines, GarbageCollectionIsShownUnderItsLine) {
   for (auto& sv : p.stack_values) {
     const auto& frames = p.stacks.at(sv.stack).frames;
     for (size_t i = 0; i < frames.size(); ++i)
-      if (p.str(p.frames.at(frames[i]).function) == profile::kGcFrameName) {
+      if (is_gc_frame(p, frames[i])) {
         ++gc_frames;
         ASSERT_LT(i + 1, frames.size());
         EXPECT_EQ(p.frames.at(frames[i + 1]).kind, profile::FrameKind::kPython);
@@ -128,25 +138,18 @@ TEST_P(PythonLines, GarbageCollectionIsTheCollectingThreadsOnly) {
   std::map<uint32_t, int64_t> line_cpu, line_gc;
   for (auto& sv : p.stack_values) {
     const auto& frames = p.stacks.at(sv.stack).frames;
-    for (size_t i = 0; i < frames.size(); ++i) {
-      const auto& f = p.frames.at(frames[i]);
-      if (f.kind != profile::FrameKind::kPython) continue;
-      const std::string& file = p.str(f.file);
-      if (file.size() >= 13 && file.compare(file.size() - 13, 13, "gc_threads.py") == 0) {
-        // The innermost line of this file (a __del__ run by the collection counts for collect()).
-        uint32_t line = f.line;
-        for (size_t j = i; j < frames.size(); ++j)
-          if (p.frames.at(frames[j]).line == collect || p.frames.at(frames[j]).line == spin) {
-            line = p.frames.at(frames[j]).line;
-            break;
-          }
-        bool gc = false;
-        for (size_t j = 0; j < frames.size(); ++j) gc = gc || p.str(p.frames.at(frames[j]).function) == profile::kGcFrameName;
-        line_cpu[line] += sv.values.at(cpu(p));
-        if (gc) line_gc[line] += sv.values.at(cpu(p));
+    const size_t i = innermost_python(p, frames);
+    if (i == frames.size() || !ends_with(p.str(p.frames.at(frames[i]).file), "gc_threads.py")) continue;
+    // The innermost marked line (a __del__ run by the collection counts for collect()).
+    uint32_t line = p.frames.at(frames[i]).line;
+    for (size_t j = i; j < frames.size(); ++j)
+      if (p.frames.at(frames[j]).line == collect || p.frames.at(frames[j]).line == spin) {
+        line = p.frames.at(frames[j]).line;
+        break;
       }
-      break;
-    }
+    const bool gc = std::any_of(frames.begin(), frames.end(), [&](uint32_t f) { return is_gc_frame(p, f); });
+    line_cpu[line] += sv.values.at(cpu(p));
+    if (gc) line_gc[line] += sv.values.at(cpu(p));
   }
   ASSERT_GE(line_cpu[spin], 300000) << "the spinning thread ran";
   EXPECT_LE(line_gc[spin], line_cpu[spin] / 20) << "the spinning thread is never the collector";
