@@ -692,8 +692,10 @@ struct WalkGuess {
 };
 __thread WalkGuess t_guess __attribute__((tls_model("initial-exec")));
 
-// signal-safe. Walks the frames of one thread state: the tstate in one read, the _PyCFrame on 3.11/3.12, then the frames (all in one read when Budget::kGuess and
-// the guess holds); 3.12+ the GIL state with the first frame, or copied (the main interpreter's). *sample_flags gets SampleFlags.
+// signal-safe. Walks the frames of one thread state: the tstate in one read, the _PyCFrame on
+// 3.11/3.12, then the frames (all in one read when Budget::kGuess and the guess holds); 3.12+ the
+// GIL state with the first frame, or copied (the main interpreter's). *sample_flags gets
+// SampleFlags.
 template <class Budget>
 int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int max, uint8_t* sample_flags) {
   const Layout& l = s.layout;
@@ -740,8 +742,7 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
   if (s.gil_tstate_current != 0 && gil_holder == tstate) flags |= kSampleGilHeld;
   uint64_t frame = load<uint64_t>(ts, l.ts_frame);
   const uint64_t interp = load<uint64_t>(ts, l.ts_interp);
-  // What of the guess holds: the cframe read, the window (the first frame is the guessed one),
-  // the GIL state (read with the window).
+  // What of the guess holds: the cframe read, the window (the first frame is the guessed one).
   bool have_cf = false, have_win = false;
   if (guessing) {
     int k = base_spans;
