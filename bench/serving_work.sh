@@ -18,7 +18,10 @@ IFS=, read -r -a configs <<<"${3:-unprofiled,passthrough,cpu,memory,nosamples,no
 py=${MLPROF_BENCH_PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cc -O2 -shared -fPIC "$root/bench/py_alloc_passthrough.c" -o "$tmp/passthrough.so"
+# The pass-through wrapper is compiled only when asked for (a GPU host may have no compiler).
+case ",${configs[*]// /,}," in
+  *,passthrough,*) cc -O2 -shared -fPIC "$root/bench/py_alloc_passthrough.c" -o "$tmp/passthrough.so" ;;
+esac
 echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 . "$root/bench/mlprof_configs.sh"
 one() {  # $1 = configuration; prints "label seconds"

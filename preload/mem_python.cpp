@@ -57,8 +57,30 @@ inline uint64_t ra() { return reinterpret_cast<uint64_t>(__builtin_return_addres
 // guarded path, or its nested malloc would be counted a second time.
 uint32_t g_fast[3][kGenerations];
 
+// Direct frees (the default, when the original is the interpreter's pymalloc): the wrapped
+// struct carries pymalloc's own free, so an object's free never passes through mlprof. A sampled
+// block must then be one pymalloc hands to malloc, so that its free reaches libc's free (pymalloc
+// gives a block it does not own to PyMem_RawFree) and mlprof's free hook there: a sampled request
+// of 1-512 bytes asks pymalloc for 513, its smallest request it serves from malloc (its own
+// counts, sys.getallocatedblocks(), stay right). Set before the generation is installed.
+bool g_direct[3][kGenerations];
+
+// What to ask the original for a block that will be sampled.
+inline size_t sampled_size(size_t size) { return size - 1 < kPymallocMax ? kPymallocMax + 1 : size; }
+
+// The countdown for a slow path's allocation that the entry did not charge; true when it is due.
+inline bool due_now(bool counted, uint64_t size) { return counted || !not_due(&t_mem.countdown, size); }
+
 template <int D, int G>
 __attribute__((noinline)) void* py_malloc_slow(size_t size, uint64_t caller, bool counted) {
+  if (g_direct[D][G]) {
+    const bool due = due_now(counted, size);
+    ++t_mem.guard;
+    void* p = g_orig[D][G].malloc(g_orig[D][G].ctx, due ? sampled_size(size) : size);
+    --t_mem.guard;
+    if (due && p) sampled_alloc(p, size, wire::AllocKind::kPython, caller);
+    return p;
+  }
   ++t_mem.guard;
   void* p = g_orig[D][G].malloc(g_orig[D][G].ctx, size);
   --t_mem.guard;
@@ -82,10 +104,22 @@ void* py_malloc(void*, size_t size) {
 
 template <int D, int G>
 __attribute__((noinline)) void* py_calloc_slow(size_t nelem, size_t elsize, uint64_t caller, bool counted) {
+  const uint64_t size = static_cast<uint64_t>(nelem) * elsize;
+  if (g_direct[D][G]) {
+    size_t total;
+    const bool fits = !__builtin_mul_overflow(nelem, elsize, &total);
+    const bool due = fits && due_now(counted, total);
+    ++t_mem.guard;
+    void* p = due ? g_orig[D][G].calloc(g_orig[D][G].ctx, 1, sampled_size(total))
+                  : g_orig[D][G].calloc(g_orig[D][G].ctx, nelem, elsize);
+    --t_mem.guard;
+    if (due && p) sampled_alloc(p, total, wire::AllocKind::kPython, caller);
+    return p;
+  }
   ++t_mem.guard;
   void* p = g_orig[D][G].calloc(g_orig[D][G].ctx, nelem, elsize);
   --t_mem.guard;
-  after_alloc_counted(p, static_cast<uint64_t>(nelem) * elsize, wire::AllocKind::kPython, caller, counted);
+  after_alloc_counted(p, size, wire::AllocKind::kPython, caller, counted);
   return p;
 }
 
@@ -109,6 +143,16 @@ void* py_calloc(void*, size_t nelem, size_t elsize) {
 template <int D, int G>
 __attribute__((noinline)) void* py_realloc_slow(void* ptr, size_t size, uint64_t caller, bool counted) {
   if (ptr) before_free(ptr);
+  if (g_direct[D][G]) {
+    // Whatever ptr is (a pool block, a sampled one, a false hit of the table's filter), a block
+    // to sample is asked for at a size pymalloc serves from malloc.
+    const bool due = due_now(counted, size);
+    ++t_mem.guard;
+    void* p = g_orig[D][G].realloc(g_orig[D][G].ctx, ptr, due ? sampled_size(size) : size);
+    --t_mem.guard;
+    if (due && p) sampled_alloc(p, size, wire::AllocKind::kPython, caller);
+    return p;
+  }
   ++t_mem.guard;
   void* p = g_orig[D][G].realloc(g_orig[D][G].ctx, ptr, size);
   --t_mem.guard;
@@ -136,23 +180,18 @@ void* py_realloc(void*, void* ptr, size_t size) {
 
 template <int D, int G>
 __attribute__((noinline)) void py_free_slow(void* ptr) {
-  if constexpr (D == kObj) python::note_object_free(ptr);  // a code object: out of the walker's cache
   before_free(ptr);
   g_orig[D][G].free(g_orig[D][G].ctx, ptr);
 }
 
-// An outer generation's wrapper holds no guard around a free, so an inner one still in the chain
-// finds the block already out of the table: each block is released once. The common case (not a
-// sampled block, not a code object while code frees are tracked) is a tail jump.
+// Installed only when the original is not pymalloc (PYTHONMALLOC=malloc, debug hooks, another
+// tool's wrapper): its sampled blocks may be its own, which libc's free never sees. An outer
+// generation's wrapper holds no guard around a free, so an inner one still in the chain finds the
+// block already out of the table: each block is released once. The common case is a tail jump.
 template <int D, int G>
 void py_free(void*, void* ptr) {
-  if (ptr) {
-    if (__builtin_expect(g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(ptr)), 0))
-      return py_free_slow<D, G>(ptr);
-    if constexpr (D == kObj) {
-      if (__builtin_expect(python::is_tracked_code(ptr), 0)) return py_free_slow<D, G>(ptr);
-    }
-  }
+  if (ptr && __builtin_expect(g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(ptr)), 0))
+    return py_free_slow<D, G>(ptr);
   g_orig[D][G].free(g_orig[D][G].ctx, ptr);  // no guard: a release samples nothing (tail call)
 }
 
@@ -176,17 +215,22 @@ AllocatorNameFn g_name = nullptr;
 // interpreter's pymalloc, else 0. The arena allocator must be wrapped (g_arenas_wrapped).
 bool g_arenas_wrapped = false;
 template <int D>
+bool is_pymalloc(const PyMemAllocatorEx& cur) {
+  return g_pymalloc[D].malloc && memcmp(&cur, &g_pymalloc[D], sizeof cur) == 0;
+}
+template <int D>
 uint32_t fast_limit(const PyMemAllocatorEx& cur) {
-  if (!g_arenas_wrapped || !g_pymalloc[D].malloc) return 0;
-  return memcmp(&cur, &g_pymalloc[D], sizeof cur) == 0 ? kPymallocMax : 0;
+  return g_arenas_wrapped && is_pymalloc<D>(cur) ? kPymallocMax : 0;
 }
 
 template <int D, int G>
 void install(const PyMemAllocatorEx& cur) {
   g_orig[D][G] = cur;
   __atomic_store_n(&g_fast[D][G], fast_limit<D>(cur), __ATOMIC_RELAXED);
+  g_direct[D][G] = is_pymalloc<D>(cur);
   std::atomic_thread_fence(std::memory_order_release);
-  PyMemAllocatorEx mine{cur.ctx, &py_malloc<D, G>, &py_calloc<D, G>, &py_realloc<D, G>, &py_free<D, G>};
+  PyMemAllocatorEx mine{cur.ctx, &py_malloc<D, G>, &py_calloc<D, G>, &py_realloc<D, G>,
+                        g_direct[D][G] ? cur.free : &py_free<D, G>};
   g_set(D, &mine);
 }
 
@@ -301,7 +345,7 @@ bool python_try_hook() {
   const bool ok = wrap<kMem>(0) && wrap<kObj>(0);
   if (!ok) return false;
   g_used = 1;
-  python::track_code_frees(true);
+  python::track_code_frees();
   g_mem.python_hooked.store(true, std::memory_order_release);
   return true;
 }
@@ -318,8 +362,6 @@ HookCheck check_domain() {
   // wrapped it, or another tool wrapping mlprof's wrappers. Wrapping again is right in both
   // cases (in the second, the inner wrappers run under the outer one's guard and sample
   // nothing), once the new allocator has been stable for a cycle.
-  // Until it is wrapped again, PyObject_Free may bypass mlprof: code-object frees are not seen.
-  if (D == kObj) python::track_code_frees(false);
   if (g_seen_cycles[D] == 0 || memcmp(&g_seen[D], &cur, sizeof cur) != 0) {
     g_seen[D] = cur;
     g_seen_cycles[D] = 1;
@@ -327,7 +369,6 @@ HookCheck check_domain() {
   }
   if (g_used >= kGenerations) return HookCheck::kLost;
   install_gen<D>(g_used, cur, std::make_index_sequence<kGenerations>{});
-  if (D == kObj) python::track_code_frees(true);
   g_seen_cycles[D] = 0;
   return HookCheck::kRewrapped;
 }
@@ -339,6 +380,7 @@ HookCheck python_check_hook() {
   // would use it freed; at exit it is gone and the call takes no lock, but nothing is left to
   // check then either).
   if (!g_is_init || !g_is_init()) return HookCheck::kHooked;
+  python::check_code_frees();
   if (g_used > kGenerations) return HookCheck::kHooked;  // lost, and kLost was returned once already
   check_arenas();
   const HookCheck a = check_domain<kMem>(), b = check_domain<kObj>();

@@ -227,33 +227,68 @@ uint32_t epoch_bits(uint32_t track) { return (track & 0xffu) << 24; }  // signal
 
 std::atomic<uint32_t> g_code_track{0};
 uint64_t g_code_type_addr = 0;
-std::atomic<uint64_t> g_code_free_match{1};
 
 namespace {
 void set_code_track(uint32_t epoch) {
-  g_code_free_match.store(epoch ? g_code_type_addr : 1, std::memory_order_relaxed);
   g_code_track.store(epoch, epoch ? std::memory_order_release : std::memory_order_relaxed);
+}
+
+// PyCode_Type.tp_dealloc (offset 48 in every PyTypeObject of 3.8-3.13: the var-object header,
+// tp_name, tp_basicsize, tp_itemsize), as it was before mlprof's; null until installed.
+constexpr uint64_t kTpDeallocOffset = 48;
+using DeallocFn = void (*)(void*);
+std::atomic<DeallocFn> g_code_dealloc_orig{nullptr};
+bool g_code_dealloc_lost = false;  // someone replaced mlprof's: tracking is off for good
+
+uint64_t* code_dealloc_slot() { return reinterpret_cast<uint64_t*>(g_code_type_addr + kTpDeallocOffset); }
+
+// Every code object's deallocation (a code object is freed nowhere else): its cache entry goes
+// before its memory does. On the thread dropping the last reference, with the GIL (or, at
+// finalization, the only thread left); not signal context.
+void code_dealloc(void* op) {
+  forget_code(reinterpret_cast<uintptr_t>(op));
+  g_code_dealloc_orig.load(std::memory_order_relaxed)(op);
+}
+
+// Replaces PyCode_Type.tp_dealloc with code_dealloc, once; true when it is (now or before).
+// The type object is the interpreter's static, writable one (PyType_Ready writes it); the
+// pointer is stored in one aligned word, so a thread reading it sees the old or the new one, and
+// both free the object. Never undone: code_dealloc forwards for the process's whole life.
+bool install_code_dealloc() {
+  if (g_code_dealloc_orig.load(std::memory_order_relaxed)) return true;
+  uint64_t* slot = code_dealloc_slot();
+  const uint64_t cur = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  // The current one must be code in the interpreter's own object (not a torn or foreign value).
+  Dl_info in_type{}, in_fn{};
+  if (cur == 0 || !dladdr(reinterpret_cast<void*>(g_code_type_addr), &in_type) ||
+      !dladdr(reinterpret_cast<void*>(cur), &in_fn) || in_type.dli_fbase != in_fn.dli_fbase)
+    return false;
+  g_code_dealloc_orig.store(reinterpret_cast<DeallocFn>(cur), std::memory_order_release);
+  __atomic_store_n(slot, reinterpret_cast<uint64_t>(&code_dealloc), __ATOMIC_RELEASE);
+  return true;
 }
 }  // namespace
 
-void track_code_frees(bool on) {
-  static uint32_t epoch = 0;  // callers: the writer thread
+void track_code_frees() {
   // 3.13: not yet (one CI run saw one function's bytes on the other in
   // PythonMemory.AllocationsInReplacedCodeObjectsStayOnTheirOwnLines; cause not established,
   // docs/python.md).
-  if (!on || !g_ready.load(std::memory_order_acquire) || g_interp.version_hex >= 0x030d0000) {
-    set_code_track(0);
+  if (g_code_track.load(std::memory_order_relaxed) != 0 || g_code_dealloc_lost ||
+      !g_ready.load(std::memory_order_acquire) || g_interp.version_hex >= 0x030d0000)
     return;
-  }
-  // tp_flags (offset 168 in every PyTypeObject of 3.8-3.13) must not have Py_TPFLAGS_HAVE_GC:
-  // a GC object reaches PyObject_Free as its GC header's address, not its own.
-  uint64_t tp_flags = 0;
-  if (!read_one(own_pid(), g_state.code_type + 168, &tp_flags, sizeof tp_flags) || (tp_flags & (1UL << 14)) != 0) {
-    set_code_track(0);
-    return;
-  }
+  if (!install_code_dealloc()) return;
+  // The epoch starts after the hook is in place: a fingerprint cached under it belongs to an
+  // object whose free will be seen. (A fork child keeps the hook and the epoch.)
+  static uint32_t epoch = 0;  // callers: the writer thread
   if ((++epoch & 0xff) == 0) ++epoch;
   set_code_track(epoch);
+}
+
+void check_code_frees() {
+  if (g_code_track.load(std::memory_order_relaxed) == 0) return;
+  if (__atomic_load_n(code_dealloc_slot(), __ATOMIC_ACQUIRE) == reinterpret_cast<uint64_t>(&code_dealloc)) return;
+  g_code_dealloc_lost = true;  // another tool's dealloc: frees may bypass code_dealloc from now on
+  set_code_track(0);
 }
 
 void forget_code(uint64_t addr) {

@@ -85,8 +85,8 @@ enum class WalkContext : uint8_t { kSignal, kHook, kPythonAllocator, kOwnCall };
 int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = WalkContext::kSignal,
          uint64_t own_stack_lo = 0, uint64_t own_stack_hi = 0);
 
-// Code-object frees, as memory profiling's hook of CPython's object allocator sees them (every
-// PyObject_Free goes through it, code objects' included: they are not GC objects, checked). While
+// Code-object frees, seen at PyCode_Type.tp_dealloc, which mlprof replaces with its own
+// forwarding function once memory profiling hooks the interpreter (track_code_frees). While
 // tracked, the walker's cache entry of a code object is dropped before the object is freed, so a
 // hook walk (WalkContext::kHook: the thread's own, consistent frames) can trust the fingerprint
 // it cached with the entry instead of reading it from every frame's code object each time (one
@@ -94,29 +94,12 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = Walk
 // (0: off); a new epoch disowns every fingerprint cached before it.
 extern std::atomic<uint32_t> g_code_track;
 extern uint64_t g_code_type_addr;  // &PyCode_Type once detected
-// What a freed object's ob_type is compared with: &PyCode_Type while code frees are tracked, else
-// 1 (no type object has an odd address), so the free hook's test is one load and one compare.
-extern std::atomic<uint64_t> g_code_free_match;
-// Not signal context. on: a new epoch starts, unless PyCode_Type is a GC type (then its objects
-// are freed at another address than theirs) or no interpreter was detected. off: tracking stops
-// (the hook was replaced: frees may not be seen any more).
-void track_code_frees(bool on);
+// Writer thread. track_code_frees: installs the dealloc hook and starts an epoch (once; not on
+// 3.13, nor when no interpreter was detected). check_code_frees, each cycle: tracking stops for
+// good when someone replaced the hook.
+void track_code_frees();
+void check_code_frees();
 void forget_code(uint64_t addr);
-// The object domain's free hook, before the real free. p (not null) is a live block: ob_type is
-// read at p + 8 only when that lies on p's own page (pymalloc and malloc blocks have 16 bytes).
-// is_tracked_code: p is a code object and code frees are tracked; note_object_free: then its
-// cache entry is dropped.
-inline bool is_tracked_code(const void* p) {
-  const uint64_t match = g_code_free_match.load(std::memory_order_relaxed);
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  if ((a & 4095) > 4096 - 16) return false;  // ob_type on another page than p (an 8-byte block)
-  uint64_t type;
-  __builtin_memcpy(&type, static_cast<const char*>(p) + 8, sizeof type);  // inline: not the exported memcpy
-  return type == match;
-}
-inline void note_object_free(const void* p) {
-  if (is_tracked_code(p)) forget_code(reinterpret_cast<uintptr_t>(p));
-}
 
 // NOT signal-safe: the writer thread (wall mode). Walks ANOTHER thread's Python frames: finds its
 // thread state in the interpreters' thread lists (native_thread_id == tid on 3.11+, or
