@@ -28,6 +28,7 @@
 #include "preload/config.h"
 #include "preload/gpu_events.h"
 #include "preload/mem_thread.h"
+#include "preload/sampler.h"
 #include "preload/threads.h"
 #include "preload/unwinder.h"
 #endif
@@ -174,9 +175,14 @@ uint8_t* reserve(uint32_t len) {
   }
   return p;
 }
+// A ring filled past this wakes the writer at once instead of at its next cycle (10-40 ms): a
+// launch-bound loop fills it at ~60 MB/s (H200, PyTorch), a CUPTI delivery adds MBs at once.
+constexpr double kWakeFill = 0.125;
 void commit(uint32_t len) {
   g_gpu.ring.ring().commit(len);
+  const bool wake = g_gpu.ring.ring().fill() > kWakeFill;
   g_gpu.ring.unlock();
+  if (wake) wake_writer();
 }
 
 void emit_alias(uint64_t inner, uint64_t outer) {
@@ -318,12 +324,53 @@ struct FlushDrain {
   void* arg = nullptr;
 };
 __thread FlushDrain t_flush_drain __attribute__((tls_model("initial-exec")));
+// The drain of the flush in progress, for every thread: CUPTI may deliver a flush's buffers on its
+// worker thread while the flushing writer waits inside cuptiActivityFlushAll, unable to drain
+// (H200, session 15: ~0.4 s of kernel records lost around each of the writer's once-a-second
+// flushes of a launch-bound loop). g_drain_mu serialises the ring's consumers while a flush runs;
+// flush_cupti takes it to clear g_flush_drain, so no drain on another thread is still running
+// when the writer goes on with its own state.
+pthread_mutex_t g_drain_mu = PTHREAD_MUTEX_INITIALIZER;
+FlushDrain g_flush_drain;  // g_drain_mu
+
+// Drains the ring for the flush in progress (this thread's, else any thread's); false when none is.
+bool drain_for_flush() {
+  pthread_mutex_lock(&g_drain_mu);
+  const FlushDrain d = t_flush_drain.fn ? t_flush_drain : g_flush_drain;
+  if (d.fn) d.fn(d.arg);
+  pthread_mutex_unlock(&g_drain_mu);
+  return d.fn != nullptr;
+}
+
+// Outside a flush that can drain (CUPTI's own thread delivering a buffer; not a thread inside a
+// CUDA call it made, which the stub's deliveries are): waits, a bounded time, for the writer to
+// drain a ring half full, instead of dropping the rest of the buffer. A
+// wait that times out (the writer stuck or gone, or this thread is the writer) is not tried again
+// until the ring has been seen drained, so a delivery never waits more than once in vain.
+std::atomic<bool> g_drain_wait_failed{false};
+void wait_for_drain() {
+  auto& r = g_gpu.ring.ring();
+  if (g_drain_wait_failed.load(std::memory_order_relaxed)) {
+    if (r.fill() < 0.25) g_drain_wait_failed.store(false, std::memory_order_relaxed);
+    return;
+  }
+  constexpr int kSteps = 100;  // 100 x 200 us: 20 ms at most
+  const timespec step{0, 200000};
+  for (int i = 0; i < kSteps; ++i) {
+    wake_writer();
+    nanosleep(&step, nullptr);
+    if (r.fill() < 0.25) return;
+  }
+  g_drain_wait_failed.store(true, std::memory_order_relaxed);
+}
 
 void emit_activity(RawGpuActivity a, const char* name) {
   uint32_t name_len = name ? static_cast<uint32_t>(strnlen(name, kMaxNameLen)) : 0;
-  // Inside a flush that can drain: empty the ring before it overflows (not under the ring's lock,
-  // which the launching threads take).
-  if (t_flush_drain.fn && g_gpu.ring.ring().fill() > 0.5) t_flush_drain.fn(t_flush_drain.arg);
+  // A ring half full: emptied before it overflows (not under the ring's lock, which the launching
+  // threads take), by the flush in progress on this thread when there is one, else by the writer.
+  if (g_gpu.ring.ring().fill() > 0.5) {
+    if (!drain_for_flush() && t_gpu.depth == 0) wait_for_drain();  // never inside the program's own CUDA call
+  }
   const uint64_t hash = name_len ? name_hash(name, name_len) : 0;
   g_gpu.ring.lock();
   NameRef* ref = name_len ? name_ref(name, name_len, hash) : nullptr;
@@ -650,7 +697,14 @@ void flush_cupti(bool forced, void (*drain)(void*), void* arg) {
   if (!g_api.flush_all) return;
   const FlushDrain saved = t_flush_drain;
   t_flush_drain = FlushDrain{drain, arg};
+  auto set_global = [](FlushDrain d) {
+    pthread_mutex_lock(&g_drain_mu);
+    g_flush_drain = d;
+    pthread_mutex_unlock(&g_drain_mu);
+  };
+  if (drain) set_global(FlushDrain{drain, arg});
   g_api.flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+  if (drain) set_global(FlushDrain{});
   t_flush_drain = saved;
 }
 
