@@ -88,12 +88,20 @@ __attribute__((noinline)) void* py_malloc_slow(size_t size, uint64_t caller, boo
   return p;
 }
 
+// The fast path's countdown, without the guard test of not_due: a generation with a fast path
+// (g_fast non-zero) is never called under mlprof's guard. The guard is held around an original
+// allocator only by the slow paths (a fast generation's original is pymalloc, which calls no
+// allocator domain back) and by an outer generation wrapping another tool that wraps this one,
+// and before such a chain is installed every older generation loses its fast path (check_domain).
+inline bool fast_not_due(size_t size) { return (t_mem.countdown -= counted(size)) > 0; }
+
 // The common case is a tail jump to the original: one size compare and the thread's countdown
-// (like memory_entry.cpp's malloc), no guard, no frame of its own around the call.
+// (like memory_entry.cpp's malloc), no guard, no frame of its own around the call (this file is
+// compiled without frame pointers: preload/CMakeLists.txt).
 template <int D, int G>
 void* py_malloc(void*, size_t size) {
   if (__builtin_expect(size - 1 < __atomic_load_n(&g_fast[D][G], __ATOMIC_RELAXED), 1)) {
-    if (__builtin_expect(not_due(&t_mem.countdown, size), 1)) {
+    if (__builtin_expect(fast_not_due(size), 1)) {
       t_mem.py_fast_ra = ra();  // its bookkeeping's malloc samples are dropped (record_alloc)
       return g_orig[D][G].malloc(g_orig[D][G].ctx, size);
     }
@@ -129,7 +137,7 @@ void* py_calloc(void*, size_t nelem, size_t elsize) {
   const bool small = !__builtin_mul_overflow(nelem, elsize, &size) &&
                      size - 1 < __atomic_load_n(&g_fast[D][G], __ATOMIC_RELAXED);
   if (__builtin_expect(small, 1)) {
-    if (__builtin_expect(not_due(&t_mem.countdown, size), 1)) {
+    if (__builtin_expect(fast_not_due(size), 1)) {
       t_mem.py_fast_ra = ra();
       return g_orig[D][G].calloc(g_orig[D][G].ctx, nelem, elsize);
     }
@@ -368,6 +376,10 @@ HookCheck check_domain() {
     return HookCheck::kHooked;
   }
   if (g_used >= kGenerations) return HookCheck::kLost;
+  // The older generations may now be called inside the new one's guarded calls (through the
+  // tool that wrapped them): their fast paths, which do not test the guard, go first.
+  for (int g = 0; g < g_used; ++g) __atomic_store_n(&g_fast[D][g], 0u, __ATOMIC_RELAXED);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   install_gen<D>(g_used, cur, std::make_index_sequence<kGenerations>{});
   g_seen_cycles[D] = 0;
   return HookCheck::kRewrapped;
