@@ -334,9 +334,11 @@ pthread_mutex_t g_drain_mu = PTHREAD_MUTEX_INITIALIZER;
 FlushDrain g_flush_drain;  // g_drain_mu
 
 // Drains the ring for the flush in progress (this thread's, else any thread's); false when none is.
+// Not another flush's drain on a thread inside one of the program's CUDA calls: the drain encodes
+// and may send, which the program's call would wait for.
 bool drain_for_flush() {
   pthread_mutex_lock(&g_drain_mu);
-  const FlushDrain d = t_flush_drain.fn ? t_flush_drain : g_flush_drain;
+  const FlushDrain d = t_flush_drain.fn ? t_flush_drain : t_gpu.depth == 0 ? g_flush_drain : FlushDrain{};
   if (d.fn) d.fn(d.arg);
   pthread_mutex_unlock(&g_drain_mu);
   return d.fn != nullptr;
@@ -347,13 +349,13 @@ bool drain_for_flush() {
 // drain a ring half full, instead of dropping the rest of the buffer. A
 // wait that times out (the writer stuck or gone, or this thread is the writer) is not tried again
 // until the ring has been seen drained, so a delivery never waits more than once in vain.
+// (emit_activity clears the flag when it sees the ring drained.) Not while mlprof is not recording
+// (the writer's stream ended): nothing would drain.
 std::atomic<bool> g_drain_wait_failed{false};
 void wait_for_drain() {
   auto& r = g_gpu.ring.ring();
-  if (g_drain_wait_failed.load(std::memory_order_relaxed)) {
-    if (r.fill() < 0.25) g_drain_wait_failed.store(false, std::memory_order_relaxed);
+  if (g_drain_wait_failed.load(std::memory_order_relaxed) || !g_gpu.recording.load(std::memory_order_relaxed))
     return;
-  }
   constexpr int kSteps = 100;  // 100 x 200 us: 20 ms at most
   const timespec step{0, 200000};
   for (int i = 0; i < kSteps; ++i) {
@@ -368,8 +370,11 @@ void emit_activity(RawGpuActivity a, const char* name) {
   uint32_t name_len = name ? static_cast<uint32_t>(strnlen(name, kMaxNameLen)) : 0;
   // A ring half full: emptied before it overflows (not under the ring's lock, which the launching
   // threads take), by the flush in progress on this thread when there is one, else by the writer.
-  if (g_gpu.ring.ring().fill() > 0.5) {
+  const double fill = g_gpu.ring.ring().fill();
+  if (fill > 0.5) {
     if (!drain_for_flush() && t_gpu.depth == 0) wait_for_drain();  // never inside the program's own CUDA call
+  } else if (fill < 0.25 && g_drain_wait_failed.load(std::memory_order_relaxed)) {
+    g_drain_wait_failed.store(false, std::memory_order_relaxed);  // drained since: a wait may work again
   }
   const uint64_t hash = name_len ? name_hash(name, name_len) : 0;
   g_gpu.ring.lock();
@@ -697,14 +702,20 @@ void flush_cupti(bool forced, void (*drain)(void*), void* arg) {
   if (!g_api.flush_all) return;
   const FlushDrain saved = t_flush_drain;
   t_flush_drain = FlushDrain{drain, arg};
+  // Only the writer thread, or the exiting thread once the writer is joined, flushes with a
+  // drain (Writer::drain_gpu, Writer::finish): flushes with drains do not overlap. The previous
+  // value is put back all the same.
   auto set_global = [](FlushDrain d) {
     pthread_mutex_lock(&g_drain_mu);
+    const FlushDrain before = g_flush_drain;
     g_flush_drain = d;
     pthread_mutex_unlock(&g_drain_mu);
+    return before;
   };
-  if (drain) set_global(FlushDrain{drain, arg});
+  FlushDrain before{};
+  if (drain) before = set_global(FlushDrain{drain, arg});
   g_api.flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
-  if (drain) set_global(FlushDrain{});
+  if (drain) set_global(before);
   t_flush_drain = saved;
 }
 

@@ -1,6 +1,8 @@
 // The writer's GPU side: drains the GPU ring (preload/gpu_events.h) into wire records 20-24
 // (docs/wire-format.md), and flushes CUPTI's activity buffers once a second. Writer thread (or
 // an application thread running the writer's final cycle), under the writer's lock.
+#include <pthread.h>
+
 #include <cstring>
 #include <string>
 
@@ -48,7 +50,10 @@ uint64_t Writer::gpu_name_id(uint32_t ref, const uint8_t* name, uint32_t name_le
 void Writer::drain_gpu(int64_t now) {
   // Events exist only once CUPTI is attached (the ring is mapped before the phase says so).
   if (!gpu::attached()) return;
-  if (now - gpu_last_flush_ns_ >= kGpuFlushNs) {
+  // On the writer thread only: a cycle run on another thread (sync_cycle, for a dlclose) holds mu_
+  // there, and a flush's drain may run on CUPTI's thread meanwhile, taking the drain lock before
+  // mu_ at exit (Writer::finish): the flush waits for the writer's own cycle.
+  if (now - gpu_last_flush_ns_ >= kGpuFlushNs && pthread_equal(pthread_self(), thread_)) {
     gpu_last_flush_ns_ = now;
     flush_gpu(false);  // completed buffers only; CUPTI's own period (1 s) does the same
   }

@@ -15,10 +15,11 @@
 // from its pools: those tail-jump to it, and its arena allocator is wrapped to take the guard.
 // The bookkeeping pymalloc does for a new arena in such a call (malloc'd, outside the guard) is
 // recognised by its stack and dropped (mem::ThreadState::py_fast_ra, mem_profiler.cpp).
-// Frees: when the original is pymalloc, its own free is installed, unwrapped, and a block to
-// be sampled is asked for at 513 bytes or more, which pymalloc takes from malloc and gives back
-// to free, where mlprof's libc hook sees it (mem_python.cpp, g_direct). Otherwise a free wrapper
-// drops sampled blocks. Code objects' frees are seen at their type's dealloc (python.h).
+// Frees: when the original is pymalloc (and the interval is 64 KiB or more), its own free is
+// installed, unwrapped, and a block to be sampled is asked for at 513 bytes or more, which
+// pymalloc takes from malloc and gives back to free, where mlprof's libc hook sees it
+// (mem_python.cpp, g_direct, g_bump). Otherwise a free wrapper drops sampled blocks. Code
+// objects' frees are seen at their type's dealloc (python.h).
 // Writer thread only (try_hook, check_hook); the wrappers run on Python threads, not in signal context.
 #pragma once
 

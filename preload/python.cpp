@@ -247,7 +247,7 @@ uint64_t* code_dealloc_slot() { return reinterpret_cast<uint64_t*>(g_code_type_a
 // finalization, the only thread left); not signal context.
 void code_dealloc(void* op) {
   forget_code(reinterpret_cast<uintptr_t>(op));
-  g_code_dealloc_orig.load(std::memory_order_relaxed)(op);
+  g_code_dealloc_orig.load(std::memory_order_acquire)(op);
 }
 
 // Replaces PyCode_Type.tp_dealloc with code_dealloc, once; true when it is (now or before).
