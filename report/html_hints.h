@@ -12,7 +12,8 @@
 namespace mlprof::report {
 
 struct Hint {
-  std::string kind;      // "hot-line", "hot-function", "system-time", "waiting", "alloc-site",
+  std::string kind;      // "serving-line" (a serving run's steady state, per request: first),
+                         // "hot-line", "hot-function", "system-time", "waiting", "alloc-site",
                          // "peak-site", "leak", "oversubscribed", "dropped-samples"
   std::string severity;  // "info", "warn"
   std::string text;      // one sentence, plain text (the page inserts it with textContent)

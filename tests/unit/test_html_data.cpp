@@ -235,6 +235,40 @@ TEST(HtmlHints, HottestLineFirstAndSystemTime) {
   EXPECT_TRUE(system);
 }
 
+// A serving run whose start-up (an import line) outweighs the replay: the steady state's lines per
+// request come first, the costliest with its share of the service's CPU per request (polled
+// process-tree CPU over the window, interpolated), a second one only from 5% of it; the whole
+// run's hot line follows, said to include the start-up.
+TEST(HtmlHints, AServingRunLeadsWithTheSteadyStatePerRequest) {
+  Profile p = python_profile("/x/serve.py", {{"load_model", 5, 900'000}, {"handle", 40, 60'000}, {"parse", 41, 2'000}});
+  auto& s = p.serving;
+  s.present = true;
+  s.window_requests = 100;
+  s.window_start_ns = 2'000'000'000;
+  s.window_end_ns = 3'000'000'000;
+  // The tree used 0.5 ms of CPU per request in the window: 50 ms between 2 s and 3 s, polled at
+  // 1.5 s and 3.5 s (100 ms of CPU over those 2 s, 1 ms before).
+  s.resources = {{1'500'000'000, 1'000'000, 0, 1, 2}, {3'500'000'000, 101'000'000, 0, 1, 2}};
+  const uint32_t file = intern(p, "/x/serve.py");
+  s.lines = {{file, 41, intern(p, "parse"), 2'000, 2'000}, {file, 40, intern(p, "handle"), 20'000, 22'000},
+             {file, 42, intern(p, "reply"), 1'000, 1'000}};
+  auto hs = report::hints(p);
+  ASSERT_GE(hs.size(), 3u);
+  EXPECT_EQ(hs[0].kind, "serving-line");
+  EXPECT_EQ(hs[0].line, 40u);
+  EXPECT_EQ(hs[0].file, "/x/serve.py");
+  EXPECT_NE(hs[0].text.find("0.200 ms of CPU per request (40% of the service's 0.50 ms)"), std::string::npos) << hs[0].text;
+  EXPECT_EQ(hs[1].kind, "hot-line");  // parse: 0.02 ms, 4%: not a hint
+  EXPECT_EQ(hs[1].line, 5u);
+  EXPECT_NE(hs[1].text.find("start-up included"), std::string::npos) << hs[1].text;
+  // Without a steady window (the service never became ready): the whole run's hints as before.
+  s.window_requests = 0;
+  hs = report::hints(p);
+  ASSERT_FALSE(hs.empty());
+  EXPECT_EQ(hs[0].kind, "hot-line");
+  EXPECT_EQ(hs[0].text.find("start-up included"), std::string::npos) << hs[0].text;
+}
+
 // `threads` threads each busy all the time for 1 s at 100 Hz (weight 1 = 10 ms).
 Profile busy_threads(int threads, const std::string& cpus) {
   Profile p;
