@@ -61,10 +61,12 @@ void serving_hints(const Profile& p, std::vector<Hint>* out) {
     std::string fn = p.str(l.function);
     std::string place = fmt::format("{}:{}{}", detail::basename(p.str(l.file)), l.line, fn.empty() ? "" : " (" + fn + ")");
     std::string of = per_request_ms > 0 ? fmt::format(" ({:.0f}% of the service's {:.2f} ms)", pct, per_request_ms) : "";
+    // A short window has few samples: lines tied for the most are said to be.
+    const bool tied = by_self.size() > 1 && by_self[1]->self_us == by_self[0]->self_us;
     out->push_back({"serving-line", "info",
                     i == 0 ? fmt::format("In the steady state, {} costs {:.3f} ms of CPU per request{}, the most of "
-                                         "any line: start with this line.",
-                                         place, ms, of)
+                                         "any line{}: start with this line.",
+                                         place, ms, of, tied ? ", tied with others (the window has few samples)" : "")
                            : fmt::format("In the steady state, {} costs {:.3f} ms of CPU per request{}.", place, ms, of),
                     p.str(l.file), l.line, fn});
   }

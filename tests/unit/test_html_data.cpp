@@ -261,6 +261,11 @@ TEST(HtmlHints, AServingRunLeadsWithTheSteadyStatePerRequest) {
   EXPECT_EQ(hs[1].kind, "hot-line");  // parse: 0.02 ms, 4%: not a hint
   EXPECT_EQ(hs[1].line, 5u);
   EXPECT_NE(hs[1].text.find("start-up included"), std::string::npos) << hs[1].text;
+  EXPECT_NE(hs[0].text.find(", the most of any line: start"), std::string::npos) << hs[0].text;
+  // Two lines with the same CPU (a short window's few samples): neither is called the most.
+  s.lines[0].self_us = 20'000;
+  hs = report::hints(p);
+  EXPECT_NE(hs[0].text.find("the most of any line, tied with others"), std::string::npos) << hs[0].text;
   // Without a steady window (the service never became ready): the whole run's hints as before.
   s.window_requests = 0;
   hs = report::hints(p);
