@@ -124,11 +124,24 @@ bool read_code(uint64_t code, CodeInfo* out);
 // another one later allocated at the same address.
 uint64_t code_identity(uint64_t code);
 
-// signal-safe. The hash code_identity() returns, from the three fields it covers.
+// signal-safe. The hash code_identity() returns, from the three fields it covers. Every input bit
+// reaches the top 24 bits (fingerprint24): two functions of one file differ by their name objects'
+// addresses, often by a few dozen bytes; until session 15 the name was only added in, so with the
+// same filename object and first line such fingerprints were always equal (a code object compiled
+// at a freed one's address then took its name: the rare 3.12/3.13 failures of
+// PythonMemory.AllocationsInReplacedCodeObjectsStayOnTheirOwnLines).
+inline uint64_t identity_mix(uint64_t x) {  // MurmurHash3's 64-bit finalizer
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
 inline uint64_t identity_hash(uint64_t filename, uint64_t name, int32_t firstlineno) {
-  uint64_t h = filename * 0x9e3779b97f4a7c15ull;
-  h ^= name + 0x7f4a7c159e3779b9ull + (h << 6) + (h >> 2);
-  h ^= static_cast<uint32_t>(firstlineno) * 0xff51afd7ed558ccdull;
+  uint64_t h = identity_mix(filename ^ 0x9e3779b97f4a7c15ull);
+  h = identity_mix(h ^ name);
+  h = identity_mix(h ^ static_cast<uint32_t>(firstlineno));
   return h | 1;  // never 0
 }
 // The 24 bits of an identity that the handler stores with each frame (RawPyFrame::fp): the writer
