@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "preload/fmix.h"
+
 namespace mlprof::preload::mem {
 namespace {
 
@@ -19,15 +21,6 @@ void* sys_map(size_t bytes) {
 void sys_unmap(void* p, size_t bytes) { syscall(SYS_munmap, p, bytes); }
 
 }  // namespace
-
-uint64_t LiveTable::mix(uint64_t x) {  // murmur3's fmix64: every input bit reaches every output bit
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
 
 bool LiveTable::init() {
   if (counts_) return true;
@@ -90,7 +83,7 @@ bool LiveTable::grow(Stripe& s) {
   for (uint32_t i = 0; i < s.cap; ++i) {
     const Entry& e = s.slots[i];
     if (!e.ptr) continue;
-    uint32_t j = static_cast<uint32_t>(mix(e.ptr) >> 8) & mask;
+    uint32_t j = static_cast<uint32_t>(fmix64(e.ptr) >> 8) & mask;
     while (n[j].ptr) j = (j + 1) & mask;
     n[j] = e;
   }
@@ -103,7 +96,7 @@ bool LiveTable::grow(Stripe& s) {
 bool LiveTable::insert(uint64_t ptr, uint64_t id, uint64_t* replaced) {
   *replaced = 0;
   if (!counts_ || ptr == 0) return false;
-  const uint64_t h = mix(ptr);
+  const uint64_t h = fmix64(ptr);
   Stripe& s = stripe_of(ptr);
   const int saved = errno;
   lock(s);
@@ -149,7 +142,7 @@ bool LiveTable::insert(uint64_t ptr, uint64_t id, uint64_t* replaced) {
 
 uint64_t LiveTable::remove(uint64_t ptr) {
   if (!counts_ || ptr == 0) return 0;
-  const uint64_t h = mix(ptr);
+  const uint64_t h = fmix64(ptr);
   Stripe& s = stripe_of(ptr);
   lock(s);
   if (!s.cap) {
@@ -165,7 +158,7 @@ uint64_t LiveTable::remove(uint64_t ptr) {
     // slot is not between the hole and themselves (cyclically), so no tombstones are needed.
     uint32_t hole = j;
     for (uint32_t k = (j + 1) & mask; s.slots[k].ptr; k = (k + 1) & mask) {
-      const uint32_t home = static_cast<uint32_t>(mix(s.slots[k].ptr) >> 8) & mask;
+      const uint32_t home = static_cast<uint32_t>(fmix64(s.slots[k].ptr) >> 8) & mask;
       const bool stays = hole <= k ? (hole < home && home <= k) : (hole < home || home <= k);
       if (stays) continue;
       s.slots[hole] = s.slots[k];
@@ -184,7 +177,7 @@ uint64_t LiveTable::remove(uint64_t ptr) {
 
 uint64_t LiveTable::lookup(uint64_t ptr) {
   if (!counts_ || ptr == 0) return 0;
-  const uint64_t h = mix(ptr);
+  const uint64_t h = fmix64(ptr);
   Stripe& s = stripe_of(ptr);
   lock(s);
   uint64_t id = 0;

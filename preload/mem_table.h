@@ -77,7 +77,6 @@ class LiveTable {
     uint32_t cap = 0;  // slots, a power of two (0: not mapped yet)
     Entry* slots = nullptr;
   };
-  static uint64_t mix(uint64_t ptr);
   Stripe& stripe_of(uint64_t ptr) { return stripes_[filter_index(ptr) >> (kFilterBits - kStripeBits)]; }
   void lock(Stripe& s);
   void unlock(Stripe& s) { s.lock.store(0, std::memory_order_release); }

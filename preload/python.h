@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include "preload/fmix.h"
+
 namespace mlprof::preload::python {
 
 // Line table formats, as shipped to the collector.
@@ -130,18 +132,10 @@ uint64_t code_identity(uint64_t code);
 // same filename object and first line such fingerprints were always equal (a code object compiled
 // at a freed one's address then took its name: the rare 3.12/3.13 failures of
 // PythonMemory.AllocationsInReplacedCodeObjectsStayOnTheirOwnLines).
-inline uint64_t identity_mix(uint64_t x) {  // MurmurHash3's 64-bit finalizer
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
 inline uint64_t identity_hash(uint64_t filename, uint64_t name, int32_t firstlineno) {
-  uint64_t h = identity_mix(filename ^ 0x9e3779b97f4a7c15ull);
-  h = identity_mix(h ^ name);
-  h = identity_mix(h ^ static_cast<uint32_t>(firstlineno));
+  uint64_t h = fmix64(filename ^ 0x9e3779b97f4a7c15ull);
+  h = fmix64(h ^ name);
+  h = fmix64(h ^ static_cast<uint32_t>(firstlineno));
   return h | 1;  // never 0
 }
 // The 24 bits of an identity that the handler stores with each frame (RawPyFrame::fp): the writer
