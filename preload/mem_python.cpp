@@ -58,12 +58,11 @@ inline uint64_t ra() { return reinterpret_cast<uint64_t>(__builtin_return_addres
 uint32_t g_fast[3][kGenerations];
 
 // Direct frees (the default, when the original is the interpreter's pymalloc): the wrapped
-// struct carries pymalloc's own free, so an object's free never passes through mlprof. A sampled
-// block must then be one pymalloc hands to malloc, so that its free reaches libc's free (pymalloc
-// gives a block it does not own to PyMem_RawFree) and mlprof's free hook there: a sampled request
-// of 1-512 bytes asks pymalloc for 513, its smallest request it serves from malloc (its own
-// counts, sys.getallocatedblocks(), stay right). Set before the generation is installed.
-bool g_direct[3][kGenerations];
+// struct carries pymalloc's own free (install), so an object's free never passes through mlprof.
+// A sampled block must then be one pymalloc hands to malloc, so that its free reaches libc's free
+// (pymalloc gives a block it does not own to PyMem_RawFree) and mlprof's free hook there: a
+// sampled request of 1-512 bytes asks pymalloc for 513, its smallest request it serves from
+// malloc (its own counts, sys.getallocatedblocks(), stay right).
 // Whether sampled requests of domain D are made at 513 bytes or more (g_bump), in every
 // generation, direct or not: once pymalloc is known to be the interpreter's allocator, a later
 // generation may wrap another tool that wraps a direct one (tracemalloc started while profiling),
@@ -229,10 +228,10 @@ template <int D, int G>
 void install(const PyMemAllocatorEx& cur) {
   g_orig[D][G] = cur;
   __atomic_store_n(&g_fast[D][G], fast_limit<D>(cur), __ATOMIC_RELAXED);
-  g_direct[D][G] = g_bump[D] && is_pymalloc<D>(cur);
+  const bool direct_free = g_bump[D] && is_pymalloc<D>(cur);  // pymalloc's own free, unwrapped
   std::atomic_thread_fence(std::memory_order_release);
   PyMemAllocatorEx mine{cur.ctx, &py_malloc<D, G>, &py_calloc<D, G>, &py_realloc<D, G>,
-                        g_direct[D][G] ? cur.free : &py_free<D, G>};
+                        direct_free ? cur.free : &py_free<D, G>};
   g_set(D, &mine);
 }
 

@@ -18,7 +18,7 @@
 // Frees: when the original is pymalloc (and the interval is 64 KiB or more), its own free is
 // installed, unwrapped, and a block to be sampled is asked for at 513 bytes or more, which
 // pymalloc takes from malloc and gives back to free, where mlprof's libc hook sees it
-// (mem_python.cpp, g_direct, g_bump). Otherwise a free wrapper drops sampled blocks. Code
+// (mem_python.cpp, g_bump, install). Otherwise a free wrapper drops sampled blocks. Code
 // objects' frees are seen at their type's dealloc (python.h).
 // Writer thread only (try_hook, check_hook); the wrappers run on Python threads, not in signal context.
 #pragma once

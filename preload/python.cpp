@@ -238,7 +238,6 @@ void set_code_track(uint32_t epoch) {
 constexpr uint64_t kTpDeallocOffset = 48;
 using DeallocFn = void (*)(void*);
 std::atomic<DeallocFn> g_code_dealloc_orig{nullptr};
-bool g_code_dealloc_lost = false;  // someone replaced mlprof's: tracking is off for good
 
 uint64_t* code_dealloc_slot() { return reinterpret_cast<uint64_t*>(g_code_type_addr + kTpDeallocOffset); }
 
@@ -271,24 +270,22 @@ bool install_code_dealloc() {
 
 void track_code_frees() {
   // 3.13: not yet (one CI run saw one function's bytes on the other in
-  // PythonMemory.AllocationsInReplacedCodeObjectsStayOnTheirOwnLines; cause not established,
-  // docs/python.md).
-  if (g_code_track.load(std::memory_order_relaxed) != 0 || g_code_dealloc_lost ||
-      !g_ready.load(std::memory_order_acquire) || g_interp.version_hex >= 0x030d0000)
+  // PythonMemory.AllocationsInReplacedCodeObjectsStayOnTheirOwnLines; likely the fingerprint
+  // collision fixed in session 15, not yet run clean there: docs/python.md).
+  if (g_code_track.load(std::memory_order_relaxed) != 0 || !g_ready.load(std::memory_order_acquire) ||
+      g_interp.version_hex >= 0x030d0000)
     return;
   if (!install_code_dealloc()) return;
   // The epoch starts after the hook is in place: a fingerprint cached under it belongs to an
-  // object whose free will be seen. (A fork child keeps the hook and the epoch.)
-  static uint32_t epoch = 0;  // callers: the writer thread
-  if ((++epoch & 0xff) == 0) ++epoch;
-  set_code_track(epoch);
+  // object whose free will be seen. Tracking starts once, so there is one epoch. (A fork child
+  // keeps the hook and the epoch.)
+  set_code_track(1);
 }
 
 void check_code_frees() {
   if (g_code_track.load(std::memory_order_relaxed) == 0) return;
   if (__atomic_load_n(code_dealloc_slot(), __ATOMIC_ACQUIRE) == reinterpret_cast<uint64_t>(&code_dealloc)) return;
-  g_code_dealloc_lost = true;  // another tool's dealloc: frees may bypass code_dealloc from now on
-  set_code_track(0);
+  set_code_track(0);  // another tool's dealloc: frees may bypass code_dealloc; off for good (track_code_frees runs once)
 }
 
 void forget_code(uint64_t addr) {

@@ -93,7 +93,7 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = Walk
 // hook walk (WalkContext::kHook: the thread's own, consistent frames) can trust the fingerprint
 // it cached with the entry instead of reading it from every frame's code object each time (one
 // page pinned per frame by process_vm_readv, ~0.6 us). g_code_track holds the tracking epoch
-// (0: off); a new epoch disowns every fingerprint cached before it.
+// (0: off, 1 once tracking started): fingerprints cached before it carry no epoch and are not trusted.
 extern std::atomic<uint32_t> g_code_track;
 extern uint64_t g_code_type_addr;  // &PyCode_Type once detected
 // Writer thread. track_code_frees: installs the dealloc hook and starts an epoch (once; not on
