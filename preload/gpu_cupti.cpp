@@ -28,7 +28,6 @@
 #include "preload/config.h"
 #include "preload/gpu_events.h"
 #include "preload/mem_thread.h"
-#include "preload/sampler.h"
 #include "preload/threads.h"
 #include "preload/unwinder.h"
 #endif
@@ -175,14 +174,9 @@ uint8_t* reserve(uint32_t len) {
   }
   return p;
 }
-// A ring filled past this wakes the writer at once instead of at its next cycle (10-40 ms): a
-// launch-bound loop fills it at ~60 MB/s (H200, PyTorch), a CUPTI delivery adds MBs at once.
-constexpr double kWakeFill = 0.125;
 void commit(uint32_t len) {
   g_gpu.ring.ring().commit(len);
-  const bool wake = g_gpu.ring.ring().fill() > kWakeFill;
   g_gpu.ring.unlock();
-  if (wake) wake_writer();
 }
 
 void emit_alias(uint64_t inner, uint64_t outer) {
@@ -333,49 +327,23 @@ __thread FlushDrain t_flush_drain __attribute__((tls_model("initial-exec")));
 pthread_mutex_t g_drain_mu = PTHREAD_MUTEX_INITIALIZER;
 FlushDrain g_flush_drain;  // g_drain_mu
 
-// Drains the ring for the flush in progress (this thread's, else any thread's); false when none is.
+// Drains the ring for the flush in progress (this thread's, else any thread's), if there is one.
 // Not another flush's drain on a thread inside one of the program's CUDA calls: the drain encodes
 // and may send, which the program's call would wait for.
-bool drain_for_flush() {
+void drain_for_flush() {
   pthread_mutex_lock(&g_drain_mu);
   const FlushDrain d = t_flush_drain.fn ? t_flush_drain : t_gpu.depth == 0 ? g_flush_drain : FlushDrain{};
   if (d.fn) d.fn(d.arg);
   pthread_mutex_unlock(&g_drain_mu);
-  return d.fn != nullptr;
-}
-
-// Outside a flush that can drain (CUPTI's own thread delivering a buffer; not a thread inside a
-// CUDA call it made, which the stub's deliveries are): waits, a bounded time, for the writer to
-// drain a ring half full, instead of dropping the rest of the buffer. A
-// wait that times out (the writer stuck or gone, or this thread is the writer) is not tried again
-// until the ring has been seen drained, so a delivery never waits more than once in vain.
-// (emit_activity clears the flag when it sees the ring drained.) Not while mlprof is not recording
-// (the writer's stream ended): nothing would drain.
-std::atomic<bool> g_drain_wait_failed{false};
-void wait_for_drain() {
-  auto& r = g_gpu.ring.ring();
-  if (g_drain_wait_failed.load(std::memory_order_relaxed) || !g_gpu.recording.load(std::memory_order_relaxed))
-    return;
-  constexpr int kSteps = 100;  // 100 x 200 us: 20 ms at most
-  const timespec step{0, 200000};
-  for (int i = 0; i < kSteps; ++i) {
-    wake_writer();
-    nanosleep(&step, nullptr);
-    if (r.fill() < 0.25) return;
-  }
-  g_drain_wait_failed.store(true, std::memory_order_relaxed);
 }
 
 void emit_activity(RawGpuActivity a, const char* name) {
   uint32_t name_len = name ? static_cast<uint32_t>(strnlen(name, kMaxNameLen)) : 0;
-  // A ring half full: emptied before it overflows (not under the ring's lock, which the launching
-  // threads take), by the flush in progress on this thread when there is one, else by the writer.
-  const double fill = g_gpu.ring.ring().fill();
-  if (fill > 0.5) {
-    if (!drain_for_flush() && t_gpu.depth == 0) wait_for_drain();  // never inside the program's own CUDA call
-  } else if (fill < 0.25 && g_drain_wait_failed.load(std::memory_order_relaxed)) {
-    g_drain_wait_failed.store(false, std::memory_order_relaxed);  // drained since: a wait may work again
-  }
+  // A ring half full during a flush: emptied before it overflows (not under the ring's lock, which
+  // the launching threads take). Outside a flush a full ring drops (gpu_dropped): waking the
+  // writer early and letting CUPTI's thread wait up to 20 ms for it changed nothing on an H200
+  // (session 15), the losses were the flushes'.
+  if (g_gpu.ring.ring().fill() > 0.5) drain_for_flush();
   const uint64_t hash = name_len ? name_hash(name, name_len) : 0;
   g_gpu.ring.lock();
   NameRef* ref = name_len ? name_ref(name, name_len, hash) : nullptr;
