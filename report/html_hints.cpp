@@ -9,6 +9,7 @@
 #include "report/html_timeline.h"
 #include "report/memory_sites.h"
 #include "report/report.h"
+#include "report/serving_json.h"
 
 namespace mlprof::report {
 
@@ -49,10 +50,7 @@ void serving_hints(const Profile& p, std::vector<Hint>* out) {
   const double n = static_cast<double>(s.window_requests);
   const double a = tree_cpu_at(s, s.window_start_ns), b = tree_cpu_at(s, s.window_end_ns);
   const double per_request_ms = a >= 0 && b > a ? (b - a) / 1e6 / n : 0.0;
-  std::vector<const profile::ServingLine*> by_self;
-  for (const auto& l : s.lines)
-    if (l.self_us > 0) by_self.push_back(&l);
-  std::stable_sort(by_self.begin(), by_self.end(), [](auto* x, auto* y) { return x->self_us > y->self_us; });
+  const auto by_self = serving_detail::lines_by_self(s);
   for (size_t i = 0; i < by_self.size() && i < 3; ++i) {
     const auto& l = *by_self[i];
     const double ms = static_cast<double>(l.self_us) / 1000.0 / n;

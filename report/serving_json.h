@@ -4,8 +4,10 @@
 // `mlprof export --format json` and by the HTML page's data (report_data). null when the
 // profile has no serving run. A template like run_json: both nlohmann JSON flavours use it.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "profile/model.h"
 #include "report/memory_sites.h"
@@ -22,6 +24,14 @@ inline uint64_t timed_out(const profile::Serving& s) {
   uint64_t n = 0;
   for (const auto& r : s.requests) n += r.status == profile::ServingRequest::kTimedOut;
   return n;
+}
+// The steady window's lines that cost CPU themselves, most self CPU first (ties in their order).
+inline std::vector<const profile::ServingLine*> lines_by_self(const profile::Serving& s) {
+  std::vector<const profile::ServingLine*> out;
+  for (const auto& l : s.lines)
+    if (l.self_us > 0) out.push_back(&l);
+  std::stable_sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->self_us > b->self_us; });
+  return out;
 }
 }  // namespace serving_detail
 

@@ -53,10 +53,7 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
   const uint64_t n = s.window_requests;
   if (n && !s.lines.empty()) {
     // By self (the innermost line of each sample): the lines that cost, not the frames around them.
-    std::vector<const profile::ServingLine*> by_self;
-    for (const auto& l : s.lines)
-      if (l.self_us > 0) by_self.push_back(&l);
-    std::stable_sort(by_self.begin(), by_self.end(), [](auto* a, auto* b) { return a->self_us > b->self_us; });
+    const auto by_self = serving_detail::lines_by_self(s);
     out += "  CPU per request (steady state), by line: self / total ms\n";
     for (size_t i = 0; i < by_self.size() && i < top; ++i) {
       const auto& l = *by_self[i];
