@@ -19,8 +19,9 @@ py=${MLPROF_BENCH_PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # The pass-through wrapper is compiled only when asked for (a GPU host may have no compiler).
-case ",${configs[*]// /,}," in
-  *,passthrough,*) cc -O2 -shared -fPIC "$root/bench/py_alloc_passthrough.c" -o "$tmp/passthrough.so" ;;
+joined=" ${configs[*]} "  # each name stands between spaces
+case $joined in
+  *" passthrough "*) cc -O2 -shared -fPIC "$root/bench/py_alloc_passthrough.c" -o "$tmp/passthrough.so" ;;
 esac
 echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 . "$root/bench/mlprof_configs.sh"
