@@ -295,10 +295,31 @@ static void park(int64_t* countdown, bool* seeded) {
   }
 }
 
+// A countdown made due by an allocation or copy inside the profiler (the guard held: the fast
+// entries charge without testing it, mem_profiler.h's charge_not_due): no sample, a new countdown,
+// whether or not events are recorded yet. Not park()'s 64 MiB while nothing is recorded: the
+// preload's constructor allocates under the guard before recording starts, and its thread would
+// then sample nothing of the program's first 64 MiB. Before the constructor has set the interval
+// (0), left as it is: the next call comes back here, as park() leaves it, and the first one
+// recorded draws afresh. Memory profiling off for good, or copies not sampled (their interval 0
+// once on): parked. Signal-safe: no call but gettid (the seed).
+static void skip_due(int64_t* countdown, bool* seeded, uint64_t interval) {
+  const Mode mode = g_mem.mode.load(std::memory_order_relaxed);
+  if (mode == Mode::kOff || (mode == Mode::kOn && interval == 0)) {
+    *countdown = kParked;
+    return;
+  }
+  if (interval == 0) return;
+  ensure_seeded();
+  *seeded = true;
+  *countdown = draw_countdown(&t_mem.rng, interval);
+}
+
 void sampled_alloc(void* p, uint64_t size, wire::AllocKind kind, uint64_t caller) {
+  ThreadState& t = t_mem;
+  if (t.guard != 0) return skip_due(&t.countdown, &t.seeded, g_mem.interval);
   Guard guard;
   const int saved = errno;
-  ThreadState& t = t_mem;
   if (!g_mem.recording.load(std::memory_order_relaxed)) {
     park(&t.countdown, &t.seeded);
   } else {
@@ -336,9 +357,10 @@ void tracked_settle(void* p, uint64_t id, bool released) {
 }
 
 void sampled_copy(uint64_t size, uint64_t caller) {
+  ThreadState& t = t_mem;
+  if (t.guard != 0) return skip_due(&t.copy_countdown, &t.copy_seeded, g_mem.copy_interval);
   Guard guard;
   const int saved = errno;
-  ThreadState& t = t_mem;
   if (!g_mem.recording.load(std::memory_order_relaxed)) {
     park(&t.copy_countdown, &t.copy_seeded);
   } else if (g_mem.copy_interval == 0) {

@@ -97,12 +97,12 @@ __attribute__((noinline)) void* py_malloc_slow(size_t size, uint64_t caller, boo
   return p;
 }
 
-// The fast path's countdown, without the guard test of not_due: a generation with a fast path
-// (g_fast non-zero) is never called under mlprof's guard. The guard is held around an original
-// allocator only by the slow paths (a fast generation's original is pymalloc, which calls no
-// allocator domain back) and by an outer generation wrapping another tool that wraps this one,
+// The fast path's countdown (charge_not_due: no guard test). A generation with a fast path
+// (g_fast non-zero) is never called under mlprof's guard anyway: the guard is held around an
+// original allocator only by the slow paths (a fast generation's original is pymalloc, which calls
+// no allocator domain back) and by an outer generation wrapping another tool that wraps this one,
 // and before such a chain is installed every older generation loses its fast path (check_domain).
-inline bool fast_not_due(size_t size) { return (t_mem.countdown -= counted(size)) > 0; }
+inline bool fast_not_due(size_t size) { return charge_not_due(&t_mem.countdown, size); }
 
 // The common case is a tail jump to the original: one size compare and the thread's countdown
 // (like memory_entry.cpp's malloc), no guard, no frame of its own around the call (this file is
@@ -161,13 +161,26 @@ __attribute__((noinline)) void* py_realloc_slow(void* ptr, size_t size, uint64_t
   return p;
 }
 
-// The common case (the block not sampled, the countdown not due) has nothing to record: the
-// original realloc under the guard, so what it does in malloc (a block past pymalloc's sizes) is
-// not counted a second time, whatever the original allocator is. A sampled block or a due
-// countdown takes the slow path, as every realloc did before (~40 instructions a call).
+// The common case (the block not sampled, the countdown not due) has nothing to record.
+// A request of 1-512 bytes to pymalloc (g_fast) is a tail jump, like py_malloc's: pymalloc moves a
+// pool block to another pool block (or keeps it), and a NULL one is a malloc. Only a block it does
+// not own (one of malloc's, shrunk to pymalloc's sizes: rare) goes on to libc's realloc, whose hook
+// charges the countdown a second time: a sample point falling there is dropped with pymalloc's
+// bookkeeping (py_fast_ra, record_alloc) and a new countdown drawn, so no byte's chance changes.
+// Otherwise the original realloc under the guard, so what it does in malloc (a block past
+// pymalloc's sizes) is not counted a second time, whatever the original allocator is. A sampled
+// block or a due countdown takes the slow path.
 template <int D, int G>
 void* py_realloc(void*, void* ptr, size_t size) {
-  if (__builtin_expect(!(ptr && g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(ptr))), 1)) {
+  const bool unsampled = !(ptr && g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(ptr)));
+  if (__builtin_expect(unsampled && size - 1 < __atomic_load_n(&g_fast[D][G], __ATOMIC_RELAXED), 1)) {
+    if (__builtin_expect(fast_not_due(size), 1)) {
+      t_mem.py_fast_ra = ra();
+      return g_orig[D][G].realloc(g_orig[D][G].ctx, ptr, size);
+    }
+    return py_realloc_slow<D, G>(ptr, size, ra(), true);
+  }
+  if (__builtin_expect(unsampled, 1)) {
     if (__builtin_expect(not_due(&t_mem.countdown, size), 1)) {
       ++t_mem.guard;
       void* p = g_orig[D][G].realloc(g_orig[D][G].ctx, ptr, size);

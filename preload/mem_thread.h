@@ -5,7 +5,9 @@
 // preload's constructor runs (the loader and other libraries' constructors allocate already).
 //
 // THE GUARD. While t_mem.guard is non-zero the hooks only forward to the real functions: nothing
-// is sampled, counted, looked up or recorded. It is held
+// is sampled, looked up or recorded. (The copy entries still charge the copy countdown, which
+// saves them a test on every call; a countdown that comes due under the guard is redrawn without
+// a sample: mem_profiler.h, copy_not_due.) It is held
 //   - by a hook while it does its own work (sampling, unwinding, table, ring), and around every
 //     call into the real allocator (an allocator's own mmap/memcpy, or a Python allocator's
 //     nested malloc, is not the program's),

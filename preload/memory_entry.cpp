@@ -10,7 +10,9 @@
 // with memory profiling on).
 //
 // Fast forwarding needs: the real function resolved, glibc's allocator (g_plain_glibc), and for
-// allocations the thread not inside the profiler (guard) or the countdown not yet due; for frees,
+// allocations the thread inside the profiler (guard) or the countdown not yet due; for copies the
+// countdown not yet due (copy_not_due: inside the profiler too, where the slow path skips the
+// sample); for frees,
 // a pointer the live table's filter has certainly never seen and not a bootstrap block.
 // Not signal context (see mem_thread.h for allocations made in signal handlers).
 #include <cstddef>

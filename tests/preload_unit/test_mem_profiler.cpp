@@ -337,6 +337,54 @@ TEST_F(MemProfilerTest, SampledModeEstimatesTheBytesAllocated) {
   EXPECT_EQ(g_mem.table.size(), 0u);
 }
 
+// What the fast entries do (memory_entry.cpp): charge the countdown with no guard test, and when
+// it is due, the slow path's sampled_alloc after the real call.
+__attribute__((noinline)) void* fake_fast_malloc(size_t n) {
+  void* p = malloc(n);
+  if (!charge_not_due(&t_mem.countdown, n) && p)
+    sampled_alloc(p, n, wire::AllocKind::kMalloc, reinterpret_cast<uint64_t>(__builtin_return_address(0)));
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+TEST_F(MemProfilerTest, AllocationsInsideTheProfilerChargeTheCountdownButAreNeverSampled) {
+  ASSERT_TRUE(init(64 * 1024, 64 * 1024));
+  // The program's allocations interleaved with as many bytes allocated inside the profiler (the
+  // guard held, as on the writer thread or around a real allocator's nested call), which the fast
+  // entries charge too. Those must never be sampled, and the program's must keep their estimate:
+  // a due countdown found under the guard draws a new one (without that it would stay due and
+  // the program's next allocation would be sampled for it: ~2x the bytes).
+  constexpr size_t kInside = 4099;  // a size the program's allocations never have
+  std::vector<void*> ptrs, inside;
+  uint64_t truth = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const size_t n = 16 + (i * 2654435761u) % 4000;
+    truth += n;
+    ptrs.push_back(fake_fast_malloc(n));
+    Guard g;
+    inside.push_back(fake_fast_malloc(kInside));
+    if (!copy_not_due(kInside)) sampled_copy(kInside, 0);  // a copy inside the profiler
+  }
+  double est = 0;
+  size_t allocs = 0;
+  for (const Event& e : drain(g_fallback.ring())) {
+    EXPECT_NE(e.h.kind, static_cast<uint8_t>(EventKind::kCopy));
+    EXPECT_NE(e.h.size, kInside);
+    if (e.h.kind == static_cast<uint8_t>(EventKind::kAlloc)) {
+      est += static_cast<double>(e.h.weight);
+      ++allocs;
+    }
+  }
+  EXPECT_GT(t_mem.countdown, 0);  // drawn afresh, not left due
+  EXPECT_GT(t_mem.copy_countdown, 0);
+  // ~200 MB of the program's at 64 KiB: ~3,100 samples, standard error ~1.8%.
+  EXPECT_NEAR(est / static_cast<double>(truth), 1.0, 0.08) << allocs << " samples";
+  for (void* p : inside) free(p);
+  for (void* p : ptrs) fake_free(p);
+  drain(g_fallback.ring());
+  EXPECT_EQ(g_mem.table.size(), 0u);
+}
+
 TEST_F(MemProfilerTest, ForkChildStartsWithAnEmptyTable) {
   void* kept = fake_malloc(32);
   drain(g_fallback.ring());
