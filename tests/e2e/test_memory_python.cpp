@@ -106,6 +106,26 @@ TEST_P(PythonMemory, ReallocatedBlocksLeaveTheLiveSetAtTheirLine) {
   EXPECT_GT(static_cast<double>(allocated), 2.0 * arrays);
 }
 
+// The same with item arrays that stay within pymalloc's sizes (50 items: 416 bytes at most), so
+// every realloc of a block that was not sampled takes the wrapper's tail jump to pymalloc, and a
+// sampled one (asked for at 513 bytes, malloc's) the slow path. The line keeps its arrays (live)
+// and all their earlier sizes (allocated, ~3.4 times as much).
+TEST_P(PythonMemory, SmallReallocatedBlocksStayAtTheirLine) {
+  const Interpreter& py = GetParam();
+  Profiled r;
+  nlohmann::json truth;
+  run_hooked({py.path, kReallocPy, "100000", "50"}, {"--mem-interval", "64K"}, {}, &r, &truth);
+  if (HasFatalFailure()) return;
+  const double arrays = truth["array_bytes"];  // ~40 MB
+  const uint32_t line = marker_line(kReallocPy, "# GROW-LINE");
+  const int64_t live = line_metric_in_stacks(r.profile, "live-peak-bytes", kReallocPy, line);
+  const int64_t allocated = line_metric_in_stacks(r.profile, "alloc-bytes", kReallocPy, line);
+  // ~600 samples of the final arrays at 64 KiB: +-4% is one standard deviation.
+  EXPECT_NEAR(static_cast<double>(live), arrays, 0.2 * arrays);
+  EXPECT_GT(static_cast<double>(allocated), 2.5 * arrays);
+  EXPECT_LT(static_cast<double>(allocated), 4.5 * arrays);
+}
+
 // tracemalloc.stop() after mlprof wrapped tracemalloc's hooks removes mlprof's wrappers; the
 // writer wraps the restored allocator again, so small objects made afterwards still count.
 TEST_P(PythonMemory, ObjectsAfterTracemallocStopStillCount) {
