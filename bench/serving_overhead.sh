@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 run() {  # $1 = label, rest = extra mlprof-run options; prints "label qps p50_ms p99_ms"
   local label=$1; shift
-  "$bin/mlprof-run" -q --no-html -o "$tmp/$label.mlprof" "$@" --requests "$root/examples/requests.txt" \
+  "${run_bin:-$bin}/mlprof-run" -q --no-html -o "$tmp/$label.mlprof" "$@" --requests "$root/examples/requests.txt" \
     --url "http://127.0.0.1:$port/score" --max-requests "$requests" --warmup 100 --concurrency "$conc" -- \
     "${MLPROF_BENCH_PYTHON:-/usr/bin/python3}" "$root/examples/serve_http.py" --port "$port" 2>/dev/null
   "$bin/mlprof" export "$tmp/$label.mlprof" --format json |
@@ -32,7 +32,8 @@ print(sys.argv[1], s["measuredQueriesPerSecond"], s["latencyPercentile50InMs"], 
       cpu_ms / max(1, s["window_queries"]))' "$label"
 }
 # MLPROF_BENCH_CONFIGS adds configurations to the three: nosamples (memory on, interval 2^40: the
-# allocator wrappers without samples), nocopy (copies not sampled), 512K.
+# allocator wrappers without samples), nocopy (copies not sampled), 512K, full@b (the defaults with
+# the build in $MLPROF_BUILD_DIR_B: an A/B of two builds in the same rounds).
 IFS=' ' read -r -a labels <<<"base full cpu ${MLPROF_BENCH_CONFIGS:-}"
 n=${#labels[@]}
 for ((i = 0; i < rounds; i++)); do
@@ -45,6 +46,7 @@ for ((i = 0; i < rounds; i++)); do
       nosamples) run nosamples --mem-interval 1099511627776 ;;
       nocopy) MLPROF_COPY_INTERVAL=0 run nocopy ;;
       512K) run 512K --mem-interval 512K ;;
+      full@b) run_bin=${MLPROF_BUILD_DIR_B:?"full@b needs MLPROF_BUILD_DIR_B"}/bin run full@b ;;
       *) echo "serving_overhead.sh: unknown configuration '$l'" >&2; exit 2 ;;
     esac
   done | sort | tee -a "$tmp/runs.txt" | sed "s/^/round $i: /"
@@ -59,7 +61,8 @@ def ratios(label, k): return [by[label][i][k] / by["base"][i][k] for i in range(
 med = lambda xs: statistics.median(xs)
 print(f"median without mlprof: {med(r[0] for r in by['base']):.1f} req/s, p50 {med(r[1] for r in by['base']):.2f} ms, "
       f"p99 {med(r[2] for r in by['base']):.2f} ms, service CPU {med(r[3] for r in by['base']):.3f} ms/request")
-names = {"full": "mlprof (CPU + memory)", "cpu": "mlprof --no-memory", "nosamples": "mlprof, interval 2^40",
+names = {"full": "mlprof (CPU + memory)", "full@b": "mlprof (CPU + memory), build B", "cpu": "mlprof --no-memory",
+         "nosamples": "mlprof, interval 2^40",
          "nocopy": "mlprof, copies not sampled", "512K": "mlprof --mem-interval 512K"}
 for label in [l for l in names if l in by]:
     name = names[label]
