@@ -21,7 +21,8 @@
 // memcpy/memmove volume; exact mode does not apply to it.
 //
 // No libm: the preload links libc only, so log and expm1 are computed here (|rel. error| < 1e-12).
-// Not signal context (but nothing here allocates or locks).
+// Not signal context, except draw_countdown (skip_due, for the sampling handler's own copies):
+// nothing here allocates or locks.
 #pragma once
 #include <cstdint>
 

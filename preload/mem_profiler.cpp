@@ -104,12 +104,17 @@ void capture_stack(RawMemEvent* ev, uint64_t caller, bool* new_code, python::Wal
 // guard: the `arenas` array's realloc before a new arena and the radix tree's calloc after it
 // (the arena's mmap itself runs under the guard: mem_python.cpp). These blocks live until exit,
 // are not the program's objects (those are counted by the wrapper), and would otherwise show as
-// an unfreed-at-exit candidate at whichever line needed the arena. The stack of such an
-// allocation passes through the frame that returns to the wrapper's call site; a frame returning
-// there is an allocator call still in progress, and only the fast path runs one without the guard.
-bool in_unguarded_pymalloc(const RawMemEvent* ev) {
+// an unfreed-at-exit candidate at whichever line needed the arena. The same for the realloc fast
+// path's block that pymalloc does not own (libc's realloc: the wrapper already counted it) and
+// pymalloc's memcpy when it moves a block (the allocator's own copy, as under the guard). The
+// stack of such a call passes through the frame that returns to the wrapper's call site, or the
+// hook's caller is that site itself (CPython reaches libc's realloc through tail calls, and the
+// wrapper's own call to pymalloc is one): a frame returning there is an allocator call still in
+// progress, and only the fast path runs one without the guard.
+bool in_unguarded_pymalloc(const RawMemEvent* ev, uint64_t caller) {
   const uint64_t ra = t_mem.py_fast_ra;
   if (!ra) return false;
+  if (caller == ra) return true;
   const auto* pcs = reinterpret_cast<const uint64_t*>(ev + 1);
   for (uint16_t i = 1; i < ev->nframes; ++i)
     if (pcs[i] == ra) return true;
@@ -181,7 +186,7 @@ void record_alloc(void* p, uint64_t size, uint64_t weight, wire::AllocKind kind,
   // process_vm_readv calls fewer per sample. Every other hook reads them fault-tolerantly.
   capture_stack(ev, caller, &new_code,
                 kind == wire::AllocKind::kPython ? python::WalkContext::kPythonAllocator : python::WalkContext::kHook);
-  if (kind != wire::AllocKind::kPython && in_unguarded_pymalloc(ev)) {
+  if (kind != wire::AllocKind::kPython && in_unguarded_pymalloc(ev, caller)) {
     es.abandon();
     return;
   }
@@ -218,6 +223,10 @@ void record_copy(uint64_t size, uint64_t weight, uint64_t caller) {
   memset(ev, 0, sizeof *ev);
   bool new_code = false;
   capture_stack(ev, caller, &new_code, python::WalkContext::kHook);
+  if (in_unguarded_pymalloc(ev, caller)) {
+    es.abandon();
+    return;
+  }
   ev->t_ns = t;
   ev->size = size;
   ev->weight = weight;
@@ -295,16 +304,20 @@ static void park(int64_t* countdown, bool* seeded) {
   }
 }
 
-// A countdown made due by an allocation or copy inside the profiler (the guard held: the fast
-// entries charge without testing it, mem_profiler.h's charge_not_due): no sample, a new countdown,
-// whether or not events are recorded yet. Not park()'s 64 MiB while nothing is recorded: the
-// preload's constructor allocates under the guard before recording starts, and its thread would
-// then sample nothing of the program's first 64 MiB. Before the constructor has set the interval
-// (0), left as it is: the next call comes back here, as park() leaves it, and the first one
-// recorded draws afresh. Memory profiling off for good, or copies not sampled (their interval 0
-// once on): parked. Signal-safe: no call but gettid (the seed).
-static void skip_due(int64_t* countdown, bool* seeded, uint64_t interval) {
-  const Mode mode = g_mem.mode.load(std::memory_order_relaxed);
+// A countdown made due by an allocation or copy inside the profiler (the guard held: the copy
+// entries and the CPython wrappers' fast paths charge without testing it): no sample, a new
+// countdown, whether or not events are recorded yet. Not park()'s 64 MiB while nothing is
+// recorded: the preload's constructor runs under the guard before recording starts, and its
+// thread would then sample nothing of the program's first 64 MiB. Before the constructor has set
+// the intervals (mode not kOn yet, interval 0), left as it is: the next call comes back here, as
+// park() leaves it, and the first one recorded draws afresh. Memory profiling off for good, or
+// copies not sampled (their interval 0 once on): parked. The interval is read after the mode
+// (acquire: init() sets the intervals before kOn), so a thread racing with init() never parks
+// for good on an interval it read too early.
+// signal-safe (the sampling handler's own copies come here): no call but gettid (the seed).
+static void skip_due(int64_t* countdown, bool* seeded, bool copy) {
+  const Mode mode = g_mem.mode.load(std::memory_order_acquire);
+  const uint64_t interval = copy ? g_mem.copy_interval : g_mem.interval;
   if (mode == Mode::kOff || (mode == Mode::kOn && interval == 0)) {
     *countdown = kParked;
     return;
@@ -317,7 +330,7 @@ static void skip_due(int64_t* countdown, bool* seeded, uint64_t interval) {
 
 void sampled_alloc(void* p, uint64_t size, wire::AllocKind kind, uint64_t caller) {
   ThreadState& t = t_mem;
-  if (t.guard != 0) return skip_due(&t.countdown, &t.seeded, g_mem.interval);
+  if (t.guard != 0) return skip_due(&t.countdown, &t.seeded, false);
   Guard guard;
   const int saved = errno;
   if (!g_mem.recording.load(std::memory_order_relaxed)) {
@@ -358,7 +371,7 @@ void tracked_settle(void* p, uint64_t id, bool released) {
 
 void sampled_copy(uint64_t size, uint64_t caller) {
   ThreadState& t = t_mem;
-  if (t.guard != 0) return skip_due(&t.copy_countdown, &t.copy_seeded, g_mem.copy_interval);
+  if (t.guard != 0) return skip_due(&t.copy_countdown, &t.copy_seeded, true);
   Guard guard;
   const int saved = errno;
   if (!g_mem.recording.load(std::memory_order_relaxed)) {

@@ -10,7 +10,8 @@
 // detach), the hooks only forward: `recording` is false. When the constructor turns memory
 // profiling off for good (MLPROF_MEMORY=0, or no profiling at all), the countdowns are parked so
 // the fast path never again calls out; after the stream ended they call out once per 64 MiB.
-// Not signal context.
+// Not signal context, except the copy entries' path to skip_due under the guard (the sampling
+// handler's own copies), which is signal-safe.
 #pragma once
 #include <atomic>
 #include <cstddef>

@@ -50,9 +50,11 @@ IsInitializedFn g_is_init = nullptr;
 
 inline uint64_t ra() { return reinterpret_cast<uint64_t>(__builtin_return_address(0)); }
 
-// Requests of 1..g_fast[D][G] bytes skip the guard: the original allocator serves them without
-// calling malloc or mmap itself (pymalloc from its pools; a new arena comes from the arena
-// allocator, which runs under the guard: wrap_arenas). 0 when the original is not known to be
+// Requests of 1..g_fast[D][G] bytes skip the guard: the original allocator serves them from its
+// pools without calling malloc or mmap itself (a new arena comes from the arena allocator, which
+// runs under the guard: wrap_arenas), except for its arena bookkeeping and, in a realloc, a block
+// it does not own and its memcpy of a moved block, which record_alloc/record_copy recognise by
+// their stacks and drop (t_mem.py_fast_ra). 0 when the original is not known to be
 // pymalloc (PYTHONMALLOC=malloc, debug hooks, another tool's wrapper): every call then takes the
 // guarded path, or its nested malloc would be counted a second time.
 uint32_t g_fast[3][kGenerations];

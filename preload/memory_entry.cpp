@@ -14,7 +14,9 @@
 // countdown not yet due (copy_not_due: inside the profiler too, where the slow path skips the
 // sample); for frees,
 // a pointer the live table's filter has certainly never seen and not a bootstrap block.
-// Not signal context (see mem_thread.h for allocations made in signal handlers).
+// Not signal context (see mem_thread.h for allocations made in signal handlers), except the copy
+// entries under the guard (the sampling handler's copies): they charge the countdown and at worst
+// reach mem_profiler.cpp's skip_due, which is signal-safe.
 #include <cstddef>
 #include <cstdint>
 

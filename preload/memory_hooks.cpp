@@ -22,7 +22,8 @@
 // The hooks run before the constructor and after the stream ended too: mem_profiler.h's fast
 // paths then only forward. errno is what the real function left (the slow paths restore it).
 // Not signal context, but programs do allocate in their own signal handlers: a handler that
-// interrupts a hook's slow path finds the guard set and only forwards.
+// interrupts a hook's slow path finds the guard set and only forwards (a copy under the guard
+// charges its countdown, and a due one is redrawn by mem_profiler.cpp's skip_due, signal-safe).
 #include <dlfcn.h>
 #include <link.h>
 #include <stdarg.h>

@@ -40,8 +40,9 @@ bool in_syscall(uint64_t pc) {
 
 // signal-safe
 void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
-  // Whatever the handler calls (a memcpy the compiler did not inline) is not the program's, and
-  // must never reach the memory hooks' slow paths in signal context.
+  // Whatever the handler calls (a memcpy the compiler did not inline) is not the program's: under
+  // the guard a memory hook only forwards, except that a copy charges its countdown and, when that
+  // comes due, draws a new one (mem_profiler.cpp's skip_due, signal-safe).
   mem::Guard guard;
   const int saved_errno = errno;
   ThreadSlot* slot = t_slot;

@@ -124,6 +124,28 @@ TEST_P(PythonMemory, SmallReallocatedBlocksStayAtTheirLine) {
   EXPECT_NEAR(static_cast<double>(live), arrays, 0.2 * arrays);
   EXPECT_GT(static_cast<double>(allocated), 2.5 * arrays);
   EXPECT_LT(static_cast<double>(allocated), 4.5 * arrays);
+  // pymalloc's memcpy of each moved array is the allocator's own, not the program's copy (as when
+  // it ran under the guard): ~100 MB, ~100 samples at the default copy interval if it counted.
+  const int64_t copied = line_metric_in_stacks(r.profile, "copy-bytes", kReallocPy, line);
+  EXPECT_LT(static_cast<double>(copied), 0.05 * arrays);
+}
+
+// A block of malloc's (bytearray(2000)'s buffer) shrunk to pymalloc's sizes: the CPython realloc
+// wrapper's tail jump charges it, and pymalloc hands it to libc's realloc, whose hook charges it
+// again; a sample point there must be dropped (its caller is the wrapper's call site), or the
+// line's live bytes are ~1.6 times the truth (the 101-byte buffers counted twice).
+TEST_P(PythonMemory, ShrunkMallocBlocksAreCountedOnce) {
+  const Interpreter& py = GetParam();
+  const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_shrink.py";
+  Profiled r;
+  nlohmann::json truth;
+  run_hooked({py.path, script, "300000"}, {"--mem-interval", "64K"}, {}, &r, &truth);
+  if (HasFatalFailure()) return;
+  const double kept = truth["live_bytes"];  // ~50 MB
+  const uint32_t line = marker_line(script, "# SHRINK-LINE");
+  const int64_t live = line_metric_in_stacks(r.profile, "live-peak-bytes", script, line);
+  // ~750 samples at 64 KiB: +-4% is one standard deviation.
+  EXPECT_NEAR(static_cast<double>(live), kept, 0.2 * kept);
 }
 
 // tracemalloc.stop() after mlprof wrapped tracemalloc's hooks removes mlprof's wrappers; the
