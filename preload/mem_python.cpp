@@ -174,22 +174,19 @@ __attribute__((noinline)) void* py_realloc_slow(void* ptr, size_t size, uint64_t
 // block or a due countdown takes the slow path.
 template <int D, int G>
 void* py_realloc(void*, void* ptr, size_t size) {
-  const bool unsampled = !(ptr && g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(ptr)));
-  if (__builtin_expect(unsampled && size - 1 < __atomic_load_n(&g_fast[D][G], __ATOMIC_RELAXED), 1)) {
-    if (__builtin_expect(fast_not_due(size), 1)) {
-      t_mem.py_fast_ra = ra();
-      return g_orig[D][G].realloc(g_orig[D][G].ctx, ptr, size);
-    }
-    return py_realloc_slow<D, G>(ptr, size, ra(), true);
-  }
-  if (__builtin_expect(unsampled, 1)) {
-    if (__builtin_expect(not_due(&t_mem.countdown, size), 1)) {
+  if (__builtin_expect(!(ptr && g_mem.table.maybe_contains(reinterpret_cast<uint64_t>(ptr))), 1)) {
+    if (__builtin_expect(size - 1 < __atomic_load_n(&g_fast[D][G], __ATOMIC_RELAXED), 1)) {
+      if (__builtin_expect(fast_not_due(size), 1)) {
+        t_mem.py_fast_ra = ra();
+        return g_orig[D][G].realloc(g_orig[D][G].ctx, ptr, size);
+      }
+    } else if (__builtin_expect(not_due(&t_mem.countdown, size), 1)) {
       ++t_mem.guard;
       void* p = g_orig[D][G].realloc(g_orig[D][G].ctx, ptr, size);
       --t_mem.guard;
       return p;
     }
-    return py_realloc_slow<D, G>(ptr, size, ra(), true);
+    return py_realloc_slow<D, G>(ptr, size, ra(), true);  // the countdown was charged and is due
   }
   return py_realloc_slow<D, G>(ptr, size, ra(), false);
 }

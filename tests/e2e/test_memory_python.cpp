@@ -86,24 +86,37 @@ TEST_P(PythonMemory, CopiesAtTheirLine) {
   EXPECT_NEAR(static_cast<double>(at_line), copied, 0.10 * copied);
 }
 
+// mem_realloc.py's LISTS lists grown to ITEMS items each, at a 64 KiB interval: the final arrays'
+// bytes (its ground truth) and what the profile has at GROW-LINE. Fatal failures when the run
+// failed or CPython's allocator was not hooked.
+struct GrowLine {
+  double arrays = 0;
+  int64_t live = 0, allocated = 0, copied = 0;
+};
+void profile_grow_line(const Interpreter& py, const char* lists, const char* items, GrowLine* g) {
+  Profiled r;
+  nlohmann::json truth;
+  run_hooked({py.path, kReallocPy, lists, items}, {"--mem-interval", "64K"}, {}, &r, &truth);
+  if (::testing::Test::HasFatalFailure()) return;
+  const uint32_t line = marker_line(kReallocPy, "# GROW-LINE");
+  g->arrays = truth["array_bytes"];
+  g->live = line_metric_in_stacks(r.profile, "live-peak-bytes", kReallocPy, line);  // at exit all is freed
+  g->allocated = line_metric_in_stacks(r.profile, "alloc-bytes", kReallocPy, line);
+  g->copied = line_metric_in_stacks(r.profile, "copy-bytes", kReallocPy, line);
+}
+
 // Lists grown by append: their item arrays are reallocated again and again at one line, each
 // realloc freeing the block it replaces. What stays live there at the end is what the lists
 // hold (at the heap's peak, the end of the growth): a sampled block that a realloc replaced must
 // leave the live set (the realloc wrapper's fast path forwards only blocks that were not sampled).
 TEST_P(PythonMemory, ReallocatedBlocksLeaveTheLiveSetAtTheirLine) {
-  const Interpreter& py = GetParam();
-  Profiled r;
-  nlohmann::json truth;
-  run_hooked({py.path, kReallocPy, "400", "4000"}, {"--mem-interval", "64K"}, {}, &r, &truth);
+  GrowLine g;
+  profile_grow_line(GetParam(), "400", "4000", &g);  // arrays ~13 MB
   if (HasFatalFailure()) return;
-  const double arrays = truth["array_bytes"];  // ~13 MB
-  const uint32_t line = marker_line(kReallocPy, "# GROW-LINE");
-  const int64_t live = line_metric_in_stacks(r.profile, "live-peak-bytes", kReallocPy, line);  // at exit all is freed
-  const int64_t allocated = line_metric_in_stacks(r.profile, "alloc-bytes", kReallocPy, line);
   // ~200 samples of the final arrays at 64 KiB: +-7% is one standard deviation; 25% is > 3.
-  EXPECT_NEAR(static_cast<double>(live), arrays, 0.25 * arrays);
+  EXPECT_NEAR(static_cast<double>(g.live), g.arrays, 0.25 * g.arrays);
   // Every intermediate array was allocated too: several times the final ones.
-  EXPECT_GT(static_cast<double>(allocated), 2.0 * arrays);
+  EXPECT_GT(static_cast<double>(g.allocated), 2.0 * g.arrays);
 }
 
 // The same with item arrays that stay within pymalloc's sizes (50 items: 416 bytes at most), so
@@ -111,23 +124,16 @@ TEST_P(PythonMemory, ReallocatedBlocksLeaveTheLiveSetAtTheirLine) {
 // sampled one (asked for at 513 bytes, malloc's) the slow path. The line keeps its arrays (live)
 // and all their earlier sizes (allocated, ~3.4 times as much).
 TEST_P(PythonMemory, SmallReallocatedBlocksStayAtTheirLine) {
-  const Interpreter& py = GetParam();
-  Profiled r;
-  nlohmann::json truth;
-  run_hooked({py.path, kReallocPy, "100000", "50"}, {"--mem-interval", "64K"}, {}, &r, &truth);
+  GrowLine g;
+  profile_grow_line(GetParam(), "100000", "50", &g);  // arrays ~40 MB
   if (HasFatalFailure()) return;
-  const double arrays = truth["array_bytes"];  // ~40 MB
-  const uint32_t line = marker_line(kReallocPy, "# GROW-LINE");
-  const int64_t live = line_metric_in_stacks(r.profile, "live-peak-bytes", kReallocPy, line);
-  const int64_t allocated = line_metric_in_stacks(r.profile, "alloc-bytes", kReallocPy, line);
   // ~600 samples of the final arrays at 64 KiB: +-4% is one standard deviation.
-  EXPECT_NEAR(static_cast<double>(live), arrays, 0.2 * arrays);
-  EXPECT_GT(static_cast<double>(allocated), 2.5 * arrays);
-  EXPECT_LT(static_cast<double>(allocated), 4.5 * arrays);
+  EXPECT_NEAR(static_cast<double>(g.live), g.arrays, 0.2 * g.arrays);
+  EXPECT_GT(static_cast<double>(g.allocated), 2.5 * g.arrays);
+  EXPECT_LT(static_cast<double>(g.allocated), 4.5 * g.arrays);
   // pymalloc's memcpy of each moved array is the allocator's own, not the program's copy (as when
   // it ran under the guard): ~100 MB, ~100 samples at the default copy interval if it counted.
-  const int64_t copied = line_metric_in_stacks(r.profile, "copy-bytes", kReallocPy, line);
-  EXPECT_LT(static_cast<double>(copied), 0.05 * arrays);
+  EXPECT_LT(static_cast<double>(g.copied), 0.05 * g.arrays);
 }
 
 // A block of malloc's (bytearray(2000)'s buffer) shrunk to pymalloc's sizes: the CPython realloc

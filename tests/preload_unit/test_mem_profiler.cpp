@@ -337,8 +337,8 @@ TEST_F(MemProfilerTest, SampledModeEstimatesTheBytesAllocated) {
   EXPECT_EQ(g_mem.table.size(), 0u);
 }
 
-// What the fast entries do (memory_entry.cpp): charge the countdown with no guard test, and when
-// it is due, the slow path's sampled_alloc after the real call.
+// What the CPython wrappers' fast paths do (mem_python.cpp; the copy entries likewise): charge the
+// countdown with no guard test, and when it is due, the slow path's sampled_alloc after the call.
 __attribute__((noinline)) void* fake_fast_malloc(size_t n) {
   void* p = malloc(n);
   if (!charge_not_due(&t_mem.countdown, n) && p)
@@ -350,8 +350,8 @@ __attribute__((noinline)) void* fake_fast_malloc(size_t n) {
 TEST_F(MemProfilerTest, AllocationsInsideTheProfilerChargeTheCountdownButAreNeverSampled) {
   ASSERT_TRUE(init(64 * 1024, 64 * 1024));
   // The program's allocations interleaved with as many bytes allocated inside the profiler (the
-  // guard held, as on the writer thread or around a real allocator's nested call), which the fast
-  // entries charge too. Those must never be sampled, and the program's must keep their estimate:
+  // guard held, as on the writer thread or around a real allocator's nested call), which the
+  // wrappers' fast paths and the copy entries charge too. Those must never be sampled, and the program's must keep their estimate:
   // a due countdown found under the guard draws a new one (without that it would stay due and
   // the program's next allocation would be sampled for it: ~2x the bytes).
   constexpr size_t kInside = 4099;  // a size the program's allocations never have
