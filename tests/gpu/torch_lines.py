@@ -2,9 +2,14 @@
 """Real-GPU check of mlprof's CUDA attribution (docs/gpu.md; issue 7's proof on a GPU).
 
 Runs tests/gpu/torch_workload.py (a large matmul line, an elementwise line, a pinned host-to-device
-copy line) and compares mlprof's GPU time per line with CUDA-event timings (each line's share within
-+-5 percentage points, same ranking), mlprof's kernel names with torch.profiler's, and the
-iterations/s with and without mlprof-run (target ratio <= 1.05). Prints the comparison.
+copy line) and compares mlprof's GPU time per line with CUDA-event timings taken in the same
+profiled run (each line's share within +-5 percentage points; lines whose shares differ by more
+than that ranked alike), mlprof's kernel names with torch.profiler's, and the iterations/s with and
+without mlprof-run (target ratio <= 1.05). Prints the comparison.
+
+The CUDA events are timed inside the profiled process, not in a separate run: a GPU's clocks differ
+between runs (on an H100 the matmul line took 2.7 ms an iteration in one run and 2.9 ms in the
+next), which moved the shares by ~4 points and swapped two lines within 4 points of each other.
 
 Exit status: 0 pass, 1 fail, 77 skipped (no NVIDIA GPU, no torch with CUDA, or no mlprof GPU
 support in this build) -- ctest's SKIP_RETURN_CODE.
@@ -39,7 +44,6 @@ def main():
         skip("no torch with a usable CUDA GPU for %s (%s)" % (a.python, (probe.stderr.strip().splitlines() or ["no GPU"])[-1]))
 
     n = str(a.iterations)
-    truth = last_json(run([a.python, WORKLOAD, n, "events"]).stdout)["ms"]
     torch_kernels = set(last_json(run([a.python, WORKLOAD, "5", "profiler"]).stdout)["kernels"])
 
     prof = a.profile or os.path.join(tempfile.mkdtemp(prefix="mlprof_gpu_"), "run.mlprof")
@@ -49,6 +53,9 @@ def main():
         r = run([a.mlprof_run, "-q", "--no-html", "-o", prof, "--", a.python, WORKLOAD, n, "plain"])
         profiled_runs.append(last_json(r.stdout)["iterations_per_s"])
     plain, profiled = max(plain_runs), max(profiled_runs)
+    # Attribution: the events mode under mlprof, its CUDA-event times the truth for its own profile.
+    r = run([a.mlprof_run, "-q", "--no-html", "-o", prof, "--", a.python, WORKLOAD, n, "events"])
+    truth = last_json(r.stdout)["ms"]
     doc = gpu_profile(a.mlprof, prof)
     if doc is None:
         return 1
@@ -70,8 +77,11 @@ def main():
                                                                      "  FAIL" if bad else ""))
     rank_t = sorted(lines, key=lambda k: -truth[k])
     rank_m = sorted(lines, key=lambda k: -got[k])
-    print("ranking: CUDA events %s, mlprof %s%s" % (rank_t, rank_m, "" if rank_t == rank_m else "  FAIL"))
-    ok &= rank_t == rank_m
+    # Lines whose true shares are within the tolerance of each other may swap; any other pair may not.
+    swapped = [(p, q) for i, p in enumerate(rank_t) for q in rank_t[i + 1:]
+               if rank_m.index(p) > rank_m.index(q) and 100.0 * (truth[p] - truth[q]) / tsum > 5]
+    print("ranking: CUDA events %s, mlprof %s%s" % (rank_t, rank_m, "  FAIL: %s" % swapped if swapped else ""))
+    ok &= not swapped
     print("GPU time on the marked lines: %.1f%% of mlprof's gpu total" % (100.0 * msum / total if total else 0))
 
     names = {k["name"] for g in doc["gpu"] for k in g["kernels"]}
