@@ -95,21 +95,20 @@ int64_t thread_run_delay_ns(WallThreadState& w, uint32_t tid) {
   return delay;
 }
 
-// A thread found running that its previous counted tick (at w.blocked_tick_ns) found blocked:
-// how many of the `periods` being accounted were still that wait. Off-CPU time since that tick is
-// the elapsed time minus the CPU time it used minus its run-queue delay (both measured since its
-// blocked stack was read; delay it had while a reused tick already counted it is subtracted
-// again, which errs short). Rounded to whole periods. Without schedstat (unknown delay) none:
-// time runnable behind busy cores would be counted as waiting.
-uint32_t resumed_wait_periods(WallThreadState& w, uint32_t tid, int64_t now, int64_t cpu, int64_t periods,
-                              int64_t period_ns) {
-  if (w.delay_ns < 0 || cpu < w.cpu_ns) return 0;
+// The wait since its blocked stack was read (at w.block_start_ns) still to be sent, in whole
+// periods: the elapsed time minus the CPU time the thread used minus its run-queue delay (both
+// measured since then), rounded, less the periods already sent for it (w.emitted) and less
+// `reserved` periods that go to another stack; at most `limit`. -1 when unknown (no schedstat, or
+// a counter went back).
+int64_t owed_wait_periods(WallThreadState& w, uint32_t tid, int64_t now, int64_t cpu, int64_t period_ns,
+                          int64_t reserved, int64_t limit) {
+  if (w.delay_ns < 0 || cpu < w.cpu_ns) return -1;
   const int64_t delay = thread_run_delay_ns(w, tid);
-  if (delay < w.delay_ns) return 0;
-  const int64_t off = (now - w.blocked_tick_ns) - (cpu - w.cpu_ns) - (delay - w.delay_ns);
-  if (off <= 0) return 0;
-  const int64_t k = (off + period_ns / 2) / period_ns;
-  return static_cast<uint32_t>(k < periods ? k : periods);
+  if (delay < w.delay_ns) return -1;
+  const int64_t off = (now - w.block_start_ns) - (cpu - w.cpu_ns) - (delay - w.delay_ns);
+  int64_t k = off > 0 ? (off + period_ns / 2) / period_ns : 0;
+  k -= static_cast<int64_t>(w.emitted) + reserved;
+  return k < 0 ? 0 : (k < limit ? k : limit);
 }
 
 }  // namespace
@@ -141,6 +140,47 @@ bool parse_syscall_line(const char* text, SyscallState* out) {
   return true;
 }
 
+void WallSampler::send(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods, WallSink& sink) {
+  if (periods <= 0) return;
+  ++wait_samples;
+  sink.wall_sample(s->tid, id, now, static_cast<uint32_t>(periods));
+}
+
+// A reused tick's periods: held back up to hold_periods_ (sent when the wait is settled), the rest
+// sent now. Without schedstat nothing could be settled: all sent now, as counted.
+void WallSampler::hold(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods, WallSink& sink) {
+  WallThreadState& w = s->wall;
+  int64_t total = static_cast<int64_t>(w.pending) + periods;
+  const int64_t keep = w.delay_ns < 0 ? 0 : hold_periods_;
+  if (total > keep) {
+    send(s, id, now, total - keep, sink);
+    w.emitted += static_cast<uint64_t>(total - keep);
+    total = keep;
+  }
+  w.pending = static_cast<uint32_t>(total);
+}
+
+// The held-back periods of a wait that ended (the thread woke, or ran and blocked elsewhere): the
+// wait owed since its stack was read, less what was sent, to at most what is held plus `extra`
+// (a late tick's periods); unknown: what is held, as counted.
+int64_t WallSampler::settle(ThreadSlot* s, int64_t now, int64_t cpu, int64_t extra, int64_t reserved) {
+  WallThreadState& w = s->wall;
+  const int64_t held = w.pending;
+  w.pending = 0;
+  const int64_t owed = owed_wait_periods(w, s->tid, now, cpu, period_ns_, reserved, held + extra);
+  return owed >= 0 ? owed : held;
+}
+
+void WallSampler::finish(ThreadSlot* s, int64_t now, WallSink& sink) {
+  WallThreadState& w = s->wall;
+  if (w.pending == 0) return;
+  if (w.pc != 0 && w.stack_id != 0 && w.stack_gen == sink.stack_generation()) {
+    send(s, w.stack_id, now, w.pending, sink);
+    w.emitted += w.pending;
+  }
+  w.pending = 0;
+}
+
 void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) {
   WallThreadState& w = s->wall;
   const int64_t elapsed = now - w.accounted_ns;
@@ -149,60 +189,61 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   if (periods > UINT32_MAX) periods = UINT32_MAX;
   w.accounted_ns += periods * period_ns_;
 
-  // A thread whose CPU time has not moved since a tick that found it blocked has not run since:
-  // it is still blocked where it was, with the same stack. One clock_gettime, no /proc read.
   const int64_t cpu = thread_cpu_ns(s->tid);
   const uint64_t gen = sink.stack_generation();
-  uint64_t id = w.stack_id;
-  if (cpu < 0 || cpu != w.cpu_ns || w.pc == 0 || id == 0 || w.stack_gen != gen) {
-    char buf[256];
-    ++reads;
-    ssize_t n = read_task_file(&w.fd, s->tid, "syscall", buf, sizeof buf);
-    if (w.fd < 0) return;  // no wait sample this time
-    SyscallState st;
-    if (n <= 0 || !parse_syscall_line(buf, &st)) {
-      forget_task_file(&w.fd, n, errno);
-      return;
-    }
-    if (st.running) {
-      // It woke since a tick that found it blocked: the periods since then that it spent neither
-      // on a CPU nor runnable waiting for one were the rest of that wait (a late tick would
-      // otherwise drop them).
-      const bool was_blocked = w.pc != 0 && id != 0 && w.stack_gen == gen;
-      const uint32_t rest = was_blocked ? resumed_wait_periods(w, s->tid, now, cpu, periods, period_ns_) : 0;
-      w.cpu_ns = cpu;
-      w.pc = w.sp = 0;
-      if (rest == 0) return;
-      ++wait_samples;
-      sink.wall_sample(s->tid, id, now, rest);
-      return;
-    }
-    w.cpu_ns = cpu;
-    {
-      // It ran since its previous tick (or this is its first wait): unwind it where it blocked.
-      ++unwinds;
-      uint64_t pcs[kMaxFrames];
-      python::RawPyFrame py[kMaxPyFrames];
-      UnwindResult r = unwind_cfi_regs(st.pc, st.sp, 0, s->bounds, pcs, kMaxFrames);
-      uint8_t flags = static_cast<uint8_t>(r.flags | wire::kStackOffCpuWait);
-      int npy = 0;
-      if (python) {
-        uint8_t pyflags = 0;
-        npy = python::walk_thread(static_cast<uint64_t>(s->pthread), s->tid, py, kMaxPyFrames, &pyflags);
-        if (pyflags & python::kSampleHasPython) flags |= wire::kStackHasPython;
-        if (pyflags & python::kSampleWalkFailed) flags |= wire::kStackPyWalkFailed;
-      }
-      id = sink.wall_stack(pcs, static_cast<uint16_t>(r.nframes), flags, py, static_cast<uint8_t>(npy));
-      w.stack_id = id;
-      w.stack_gen = gen;
-      w.pc = st.pc;
-      w.sp = st.sp;
-      w.delay_ns = thread_run_delay_ns(w, s->tid);
-    }
+  const uint64_t id = w.stack_id;
+  const bool was_blocked = w.pc != 0 && id != 0 && w.stack_gen == gen;
+  if (!was_blocked) w.pending = 0;  // held for a stack id of an older generation: gone with it
+  // A thread whose CPU time has not moved since a tick that found it blocked has not run since:
+  // it is still blocked where it was, with the same stack (one clock_gettime, no /proc read), or
+  // it woke and waits for a core, which its CPU clock cannot tell: these periods are held back.
+  if (was_blocked && cpu >= 0 && cpu == w.cpu_ns) {
+    w.blocked_tick_ns = now;
+    hold(s, id, now, periods, sink);
+    return;
   }
-  w.blocked_tick_ns = now;
-  ++wait_samples;
-  sink.wall_sample(s->tid, id, now, static_cast<uint32_t>(periods));
+  char buf[256];
+  ++reads;
+  ssize_t n = read_task_file(&w.fd, s->tid, "syscall", buf, sizeof buf);
+  if (w.fd < 0) return;  // no wait sample this time (what is held stays held)
+  SyscallState st;
+  if (n <= 0 || !parse_syscall_line(buf, &st)) {
+    forget_task_file(&w.fd, n, errno);
+    return;
+  }
+  if (st.running) {
+    // It woke since a tick that found it blocked: settle that wait, with this tick's periods (a
+    // late tick's; those it spent neither on a CPU nor runnable were the rest of that wait).
+    if (was_blocked) send(s, id, now, settle(s, now, cpu, periods, 0), sink);
+    w.cpu_ns = cpu;
+    w.pc = w.sp = 0;
+    return;
+  }
+  // Blocked, and it ran since its previous tick (or this is its first wait): a wait it had before
+  // is settled, this tick's periods going to where it is blocked now; then it is unwound there.
+  if (was_blocked && w.pending != 0) send(s, id, now, settle(s, now, cpu, 0, periods), sink);
+  w.cpu_ns = cpu;
+  ++unwinds;
+  uint64_t pcs[kMaxFrames];
+  python::RawPyFrame py[kMaxPyFrames];
+  UnwindResult r = unwind_cfi_regs(st.pc, st.sp, 0, s->bounds, pcs, kMaxFrames);
+  uint8_t flags = static_cast<uint8_t>(r.flags | wire::kStackOffCpuWait);
+  int npy = 0;
+  if (python) {
+    uint8_t pyflags = 0;
+    npy = python::walk_thread(static_cast<uint64_t>(s->pthread), s->tid, py, kMaxPyFrames, &pyflags);
+    if (pyflags & python::kSampleHasPython) flags |= wire::kStackHasPython;
+    if (pyflags & python::kSampleWalkFailed) flags |= wire::kStackPyWalkFailed;
+  }
+  w.stack_id = sink.wall_stack(pcs, static_cast<uint16_t>(r.nframes), flags, py, static_cast<uint8_t>(npy));
+  w.stack_gen = gen;
+  w.pc = st.pc;
+  w.sp = st.sp;
+  w.delay_ns = thread_run_delay_ns(w, s->tid);
+  w.block_start_ns = w.blocked_tick_ns = now;
+  w.emitted = 0;
+  w.pending = 0;
+  send(s, w.stack_id, now, periods, sink);
 }
 
 }  // namespace mlprof::preload

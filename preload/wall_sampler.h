@@ -19,10 +19,16 @@
 // each time). Only a thread that ran (CPU time moved) is read again, and unwound again if blocked:
 // comparing (PC, SP) alone would miss a thread that woke, ran and blocked again at the same PC and
 // SP from another caller or another Python line.
-// A late tick (the writer waited for a core) may find running a thread it last saw blocked: the
-// periods since then are split with /proc/self/task/TID/schedstat (read when the blocked stack was
-// taken and again now): elapsed minus CPU time minus run-queue delay was still that wait and goes
-// to the blocked stack, rounded to whole periods (resumed_wait_periods).
+// An unmoved CPU clock cannot tell a blocked thread from one that woke and waits for a core (on a
+// busy machine, tens of ms after a sleep): so the periods of reused ticks are held back, up to
+// kHoldNs, and settled when a tick finds the thread running (or blocked elsewhere) with
+// /proc/self/task/TID/schedstat, read when the blocked stack was taken and again now: elapsed
+// minus CPU time minus run-queue delay since then was the wait, rounded to whole periods, less
+// what was already sent (owed_wait_periods). The same settles a late tick (the writer waited for
+// a core) that finds running a thread it last saw blocked: the part of its periods that was still
+// that wait goes to the blocked stack. Periods still held at the last cycle, or when the thread
+// exits, are sent as counted (finish); held periods of a stack whose id a new generation voided
+// are dropped. Without schedstat nothing is held: reused ticks count as they come.
 //
 // Writer thread only (not signal context); the per-thread state lives in ThreadSlot::wall.
 #pragma once
@@ -57,18 +63,32 @@ bool parse_syscall_line(const char* text, SyscallState* out);
 
 class WallSampler {
  public:
-  void set_period(int64_t period_ns) { period_ns_ = period_ns; }
+  void set_period(int64_t period_ns) {
+    period_ns_ = period_ns;
+    hold_periods_ = period_ns > 0 && kHoldNs / period_ns > 2 ? kHoldNs / period_ns : 2;
+  }
   int64_t period_ns() const { return period_ns_; }
   // One tick of one live thread at `now` (CLOCK_MONOTONIC): accounts the wall periods since its
   // previous tick, and when it is blocked sends one wait sample weighing them.
   void tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink);
+  // Sends the periods held back for s's wait as counted: at the last cycle, and before its slot
+  // is released (its thread exited: no schedstat to settle them with).
+  void finish(ThreadSlot* s, int64_t now, WallSink& sink);
+  // How long reused ticks' periods are held back: a wake-up's run-queue delay up to this long is
+  // not counted as wait.
+  static constexpr int64_t kHoldNs = 100000000;
 
   uint64_t wait_samples = 0;  // wait samples sent
   uint64_t unwinds = 0;       // blocked stacks unwound (the rest reused the previous tick's)
   uint64_t reads = 0;         // /proc reads
 
  private:
+  void send(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods, WallSink& sink);
+  void hold(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods, WallSink& sink);
+  int64_t settle(ThreadSlot* s, int64_t now, int64_t cpu, int64_t extra, int64_t reserved);
+
   int64_t period_ns_ = 10000000;
+  int64_t hold_periods_ = 10;
 };
 
 }  // namespace mlprof::preload

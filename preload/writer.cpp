@@ -519,6 +519,7 @@ void Writer::cycle(bool final) {
         drain_mem(s->mem_ring);
       }
       if (wall) wall_.tick(s, now, python, *this);
+      if (final) wall_.finish(s, now, *this);
       if (slow) {
         std::string name = thread_comm(s->tid);
         if (!name.empty() && name != s->sent_name) {
@@ -533,6 +534,7 @@ void Writer::cycle(bool final) {
       if (!s->announced) announce_thread(s);
       drain_slot(s);
       if (s->mem_ring_ready.load(std::memory_order_acquire)) drain_mem(s->mem_ring);
+      wall_.finish(s, now, *this);
       if (s->end_name[0] && strcmp(s->end_name, s->sent_name) != 0) {
         enc_.begin(wire::Record::kThreadName);
         enc_.u(s->tid);

@@ -82,7 +82,10 @@ TEST(WallMode, NativeThreadsBlockedInReadSleepAndPollGetTheirWaitWithoutBeingDis
   EXPECT_NEAR(static_cast<double>(burn.cpu), burn_us, 0.15 * burn_us);
   EXPECT_EQ(burn.wall, burn.cpu + burn.wait);
   EXPECT_LE(burn.wait * 10, burn.cpu) << "the burning thread shows as waiting";
-  EXPECT_GT(counter_sum(p, "wait_samples"), 100);
+  // Three threads blocked for ~0.5 s at 100 Hz. A wait's periods after its first tick are held back
+  // until it ends (up to 100 ms: preload/wall_sampler.h) and sent together, so the short sleeps
+  // and polls send about two samples each: 60 were seen, where one sample a tick gave over 100.
+  EXPECT_GT(counter_sum(p, "wait_samples"), 30);
 }
 
 TEST(WallMode, CpuModeHasNoWaitMetric) {
