@@ -7,17 +7,21 @@
 # medians of the per-round ratios. Usage:
 #   bench/serving_overhead.sh [ROUNDS=5] [REQUESTS=3000] [CONCURRENCY=2]
 # The service runs on $MLPROF_BENCH_PYTHON (default /usr/bin/python3, Debian's, with python3-sklearn).
+# MLPROF_BENCH_RPS=R replays in open loop at R requests/s instead (--rps; CONCURRENCY is then
+# unused): the latency a service running below its capacity sees, where the throughput ratio is
+# ~1 by construction and the latency ratios are the figures to read.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MLPROF_BUILD_DIR:-$root/build}/bin
 rounds=${1:-5} requests=${2:-3000} conc=${3:-2}
 port=${MLPROF_BENCH_PORT:-18090}
+if [ -n "${MLPROF_BENCH_RPS:-}" ]; then load=(--rps "$MLPROF_BENCH_RPS"); else load=(--concurrency "$conc"); fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 run() {  # $1 = label, rest = extra mlprof-run options; prints "label qps p50_ms p99_ms"
   local label=$1; shift
   "${run_bin:-$bin}/mlprof-run" -q --no-html -o "$tmp/$label.mlprof" "$@" --requests "$root/examples/requests.txt" \
-    --url "http://127.0.0.1:$port/score" --max-requests "$requests" --warmup 100 --concurrency "$conc" -- \
+    --url "http://127.0.0.1:$port/score" --max-requests "$requests" --warmup 100 "${load[@]}" -- \
     "${MLPROF_BENCH_PYTHON:-/usr/bin/python3}" "$root/examples/serve_http.py" --port "$port" 2>/dev/null
   "$bin/mlprof" export "$tmp/$label.mlprof" --format json |
     python3 -c '
