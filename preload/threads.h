@@ -24,7 +24,6 @@ struct WallThreadState {
   uint64_t pc = 0, sp = 0;   // where it was blocked at its previous tick (0: not blocked)
   int64_t cpu_ns = -1;       // its CPU time then
   int64_t delay_ns = -1;     // its run-queue delay then (schedstat; -1: unknown)
-  int64_t blocked_tick_ns = 0;  // the last tick that counted it blocked there
   int64_t block_start_ns = 0;   // the tick that read that blocked stack (cpu_ns, delay_ns are from then)
   uint64_t emitted = 0;         // periods sent for that wait by the ticks after block_start_ns
   uint32_t pending = 0;         // periods of reused ticks held back, not yet sent (WallSampler::hold)

@@ -140,35 +140,42 @@ bool parse_syscall_line(const char* text, SyscallState* out) {
   return true;
 }
 
-void WallSampler::send(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods, WallSink& sink) {
+// A sample weighing `periods` wall periods that ended at t (the timeline draws it as
+// [t - periods x period, t]).
+void WallSampler::send(ThreadSlot* s, uint64_t id, int64_t t, int64_t periods, WallSink& sink) {
   if (periods <= 0) return;
   ++wait_samples;
-  sink.wall_sample(s->tid, id, now, static_cast<uint32_t>(periods));
+  sink.wall_sample(s->tid, id, t, static_cast<uint32_t>(periods > UINT32_MAX ? UINT32_MAX : periods));
 }
 
-// A reused tick's periods: held back up to hold_periods_ (sent when the wait is settled), the rest
-// sent now. Without schedstat nothing could be settled: all sent now, as counted.
+// A reused tick's periods: held back up to hold_periods_ (sent when the wait is settled), the
+// older ones sent now, stamped where they ended. Without schedstat nothing could be settled: all
+// sent now, as counted.
 void WallSampler::hold(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods, WallSink& sink) {
   WallThreadState& w = s->wall;
   int64_t total = static_cast<int64_t>(w.pending) + periods;
   const int64_t keep = w.delay_ns < 0 ? 0 : hold_periods_;
   if (total > keep) {
-    send(s, id, now, total - keep, sink);
+    send(s, id, now - keep * period_ns_, total - keep, sink);
     w.emitted += static_cast<uint64_t>(total - keep);
     total = keep;
   }
   w.pending = static_cast<uint32_t>(total);
 }
 
-// The held-back periods of a wait that ended (the thread woke, or ran and blocked elsewhere): the
-// wait owed since its stack was read, less what was sent, to at most what is held plus `extra`
-// (a late tick's periods); unknown: what is held, as counted.
-int64_t WallSampler::settle(ThreadSlot* s, int64_t now, int64_t cpu, int64_t extra, int64_t reserved) {
+// Sends the rest of a wait that ended (the thread woke, or ran and blocked elsewhere) to stack id:
+// the wait owed since its stack was read, less what was sent, at most what is held plus `extra`
+// (a late tick's periods); unknown: what is held, as counted. Stamped where that wait ended.
+void WallSampler::settle(ThreadSlot* s, uint64_t id, int64_t now, int64_t cpu, int64_t extra, int64_t reserved,
+                         WallSink& sink) {
   WallThreadState& w = s->wall;
   const int64_t held = w.pending;
   w.pending = 0;
   const int64_t owed = owed_wait_periods(w, s->tid, now, cpu, period_ns_, reserved, held + extra);
-  return owed >= 0 ? owed : held;
+  const int64_t k = owed >= 0 ? owed : held;
+  const int64_t end = w.block_start_ns + (static_cast<int64_t>(w.emitted) + k) * period_ns_;
+  send(s, id, end < now ? end : now, k, sink);
+  w.emitted += static_cast<uint64_t>(k);
 }
 
 void WallSampler::finish(ThreadSlot* s, int64_t now, WallSink& sink) {
@@ -198,7 +205,6 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   // it is still blocked where it was, with the same stack (one clock_gettime, no /proc read), or
   // it woke and waits for a core, which its CPU clock cannot tell: these periods are held back.
   if (was_blocked && cpu >= 0 && cpu == w.cpu_ns) {
-    w.blocked_tick_ns = now;
     hold(s, id, now, periods, sink);
     return;
   }
@@ -214,14 +220,14 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   if (st.running) {
     // It woke since a tick that found it blocked: settle that wait, with this tick's periods (a
     // late tick's; those it spent neither on a CPU nor runnable were the rest of that wait).
-    if (was_blocked) send(s, id, now, settle(s, now, cpu, periods, 0), sink);
+    if (was_blocked) settle(s, id, now, cpu, periods, 0, sink);
     w.cpu_ns = cpu;
     w.pc = w.sp = 0;
     return;
   }
   // Blocked, and it ran since its previous tick (or this is its first wait): a wait it had before
   // is settled, this tick's periods going to where it is blocked now; then it is unwound there.
-  if (was_blocked && w.pending != 0) send(s, id, now, settle(s, now, cpu, 0, periods), sink);
+  if (was_blocked && w.pending != 0) settle(s, id, now, cpu, 0, periods, sink);
   w.cpu_ns = cpu;
   ++unwinds;
   uint64_t pcs[kMaxFrames];
@@ -240,7 +246,7 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   w.pc = st.pc;
   w.sp = st.sp;
   w.delay_ns = thread_run_delay_ns(w, s->tid);
-  w.block_start_ns = w.blocked_tick_ns = now;
+  w.block_start_ns = now;
   w.emitted = 0;
   w.pending = 0;
   send(s, w.stack_id, now, periods, sink);

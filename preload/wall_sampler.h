@@ -8,27 +8,29 @@
 //                                  clock samples on-CPU time;
 //   "NR args... SP PC" / "-1 SP PC"  it is blocked (in syscall NR, or off CPU outside one) with
 //                                  user stack pointer SP and program counter PC.
-// A blocked thread gets a wait sample: a STACK flagged wire::kStackOffCpuWait (native frames
-// unwound from (PC, SP) with the CFI tables, rbp unknown; Python frames of ITS thread state) and a
-// SAMPLE weighing the wall periods since its previous tick.
+// A blocked thread's wait is sent as a STACK flagged wire::kStackOffCpuWait (native frames
+// unwound from (PC, SP) with the CFI tables, rbp unknown; Python frames of ITS thread state) and
+// SAMPLEs weighing wall periods: the first tick that finds it blocked sends the periods since its
+// previous tick; later ones are held back and sent as described below.
 // A blocked thread's stack does not change while it stays blocked. Each tick first reads the
 // thread's CPU clock (clock_gettime on its per-thread CPU clock, ~0.3 us): when it has not moved
 // since a tick that found the thread blocked, the thread has not run since, so it is still blocked
-// at the same place and the previous stack id is sent again without reading /proc (~2.2 us per
+// at the same place and the previous stack id stands without reading /proc (~2.2 us per
 // pread of the syscall file through the cached descriptor; ~6.3 us to open, read and close it
 // each time). Only a thread that ran (CPU time moved) is read again, and unwound again if blocked:
 // comparing (PC, SP) alone would miss a thread that woke, ran and blocked again at the same PC and
 // SP from another caller or another Python line.
 // An unmoved CPU clock cannot tell a blocked thread from one that woke and waits for a core (on a
 // busy machine, tens of ms after a sleep): so the periods of reused ticks are held back, up to
-// kHoldNs, and settled when a tick finds the thread running (or blocked elsewhere) with
+// kHoldNs (at least two periods), and settled when a tick finds the thread running (or blocked elsewhere) with
 // /proc/self/task/TID/schedstat, read when the blocked stack was taken and again now: elapsed
 // minus CPU time minus run-queue delay since then was the wait, rounded to whole periods, less
 // what was already sent (owed_wait_periods). The same settles a late tick (the writer waited for
 // a core) that finds running a thread it last saw blocked: the part of its periods that was still
-// that wait goes to the blocked stack. Periods still held at the last cycle, or when the thread
-// exits, are sent as counted (finish); held periods of a stack whose id a new generation voided
-// are dropped. Without schedstat nothing is held: reused ticks count as they come.
+// that wait goes to the blocked stack. Periods still held at the last cycle, at a collector's
+// flush, before stack ids are voided (a module unloaded), or when the thread exits, are sent as
+// counted (finish). Without schedstat nothing is held: reused ticks count as they come. Samples
+// are stamped where the periods they weigh ended.
 //
 // Writer thread only (not signal context); the per-thread state lives in ThreadSlot::wall.
 #pragma once
@@ -69,13 +71,14 @@ class WallSampler {
   }
   int64_t period_ns() const { return period_ns_; }
   // One tick of one live thread at `now` (CLOCK_MONOTONIC): accounts the wall periods since its
-  // previous tick, and when it is blocked sends one wait sample weighing them.
+  // previous tick as wait when it is blocked (sent, held back, or settled: above).
   void tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink);
-  // Sends the periods held back for s's wait as counted: at the last cycle, and before its slot
-  // is released (its thread exited: no schedstat to settle them with).
+  // Sends the periods held back for s's wait as counted: at the last cycle, a collector's flush,
+  // before stack ids are voided, and before its slot is released (its thread exited: no
+  // schedstat to settle them with).
   void finish(ThreadSlot* s, int64_t now, WallSink& sink);
-  // How long reused ticks' periods are held back: a wake-up's run-queue delay up to this long is
-  // not counted as wait.
+  // How long reused ticks' periods are held back (at least two periods): a wake-up's run-queue
+  // delay up to this long is not counted as wait.
   static constexpr int64_t kHoldNs = 100000000;
 
   uint64_t wait_samples = 0;  // wait samples sent
@@ -83,9 +86,9 @@ class WallSampler {
   uint64_t reads = 0;         // /proc reads
 
  private:
-  void send(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods, WallSink& sink);
+  void send(ThreadSlot* s, uint64_t id, int64_t t, int64_t periods, WallSink& sink);
   void hold(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods, WallSink& sink);
-  int64_t settle(ThreadSlot* s, int64_t now, int64_t cpu, int64_t extra, int64_t reserved);
+  void settle(ThreadSlot* s, uint64_t id, int64_t now, int64_t cpu, int64_t extra, int64_t reserved, WallSink& sink);
 
   int64_t period_ns_ = 10000000;
   int64_t hold_periods_ = 10;

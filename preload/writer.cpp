@@ -206,6 +206,7 @@ void Writer::loop() {
       flush_gpu(true);
     cycle(false);
     if (cmd == static_cast<int>(wire::Command::kFlush)) {
+      finish_wall(clock_ns());
       send_counters();
       enc_.begin(wire::Record::kFlushed);
       enc_.u(0);
@@ -335,6 +336,7 @@ void Writer::send_modules(bool force) {
   // Another library may now occupy the addresses of an unloaded one: the same pcs would then mean
   // other code, so stack ids start afresh.
   if (!removed.empty()) {
+    finish_wall(clock_ns());  // held wait goes out under the ids it was counted with
     stacks_.clear();
     ++stack_gen_;
   }
@@ -496,6 +498,16 @@ void Writer::emit_sample(uint32_t tid, uint64_t id, int64_t t_ns, uint32_t weigh
   enc_.end();
   last_sample_ns_ = t_ns;
   if (enc_.out().size() > (256u << 10)) flush_out();
+}
+
+void Writer::finish_wall(int64_t now) {
+  if (!wall_mode()) return;
+  const uint32_t hw = threads_.high_water();
+  for (uint32_t i = 0; i < hw; ++i) {
+    ThreadSlot* s = threads_.slot(i);
+    const uint32_t st = s->state.load(std::memory_order_acquire);
+    if (st == kSlotActive || st == kSlotRetired) wall_.finish(s, now, *this);
+  }
 }
 
 void Writer::cycle(bool final) {

@@ -54,6 +54,7 @@ class Writer : private WallSink {
   static void* thread_main(void* self);
   void loop();
   void cycle(bool final);          // one drain of everything; caller holds mu_
+  void finish_wall(int64_t now);   // wall mode's held-back periods of every thread, sent; caller holds mu_
   void refresh_tables();           // the CFI tables, when a cycle found the modules changed; mu_ not held
   void send_process_start();
   void send_modules(bool force);
