@@ -269,12 +269,7 @@ bool install_code_dealloc() {
 }  // namespace
 
 void track_code_frees() {
-  // 3.13: not yet (one CI run saw one function's bytes on the other in
-  // PythonMemory.AllocationsInReplacedCodeObjectsStayOnTheirOwnLines; likely the fingerprint
-  // collision fixed in session 15, not yet run clean there: docs/python.md).
-  if (g_code_track.load(std::memory_order_relaxed) != 0 || !g_ready.load(std::memory_order_acquire) ||
-      g_interp.version_hex >= 0x030d0000)
-    return;
+  if (g_code_track.load(std::memory_order_relaxed) != 0 || !g_ready.load(std::memory_order_acquire)) return;
   if (!install_code_dealloc()) return;
   // The epoch starts after the hook is in place: a fingerprint cached under it belongs to an
   // object whose free will be seen. Tracking starts once, so there is one epoch. (A fork child

@@ -96,8 +96,8 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = Walk
 // (0: off, 1 once tracking started): fingerprints cached before it carry no epoch and are not trusted.
 extern std::atomic<uint32_t> g_code_track;
 extern uint64_t g_code_type_addr;  // &PyCode_Type once detected
-// Writer thread. track_code_frees: installs the dealloc hook and starts an epoch (once; not on
-// 3.13, nor when no interpreter was detected). check_code_frees, each cycle: tracking stops for
+// Writer thread. track_code_frees: installs the dealloc hook and starts an epoch (once; not when
+// no interpreter was detected). check_code_frees, each cycle: tracking stops for
 // good when someone replaced the hook.
 void track_code_frees();
 void check_code_frees();
