@@ -826,7 +826,7 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
       if (gil != 0 && !gil_static) gil_ok = read_spans(pid, &gil_span, 1) == 1;
       n = walk_frames<Budget>(pid, s, frame, out, max, nullptr, 0, nullptr, &failed, &new_code, win, true);
     } else {
-      Span extras[2];
+      Span extras[2] = {};  // only the first nextra are read (GCC cannot tell)
       int nextra = 0, gil_at = -1, gc_at = -1;
       if (gil != 0 && !gil_static) gil_at = nextra, extras[nextra++] = gil_span;
       if (want_gc && !gc_static) gc_at = nextra, extras[nextra++] = gc_span;
