@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
+#include <unordered_set>
 
 #include "report/format.h"
 #include "report/html_timeline.h"
@@ -21,6 +23,34 @@ namespace {
 double share(int64_t part, int64_t whole) {
   return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
+
+// The C runtime's and the Python interpreter's own modules: a line there (libc's futex wait as
+// a Python service's threads hand the GIL over, ceval.c outside any Python frame) can hold the
+// most self CPU, but is no code the program's author can change, so the line hints pass over it
+// (its time stays in the tables, the flame graph and the system-time hint).
+bool runtime_module(std::string_view path) {
+  std::string_view b = path.substr(path.find_last_of('/') == std::string_view::npos ? 0 : path.find_last_of('/') + 1);
+  for (std::string_view prefix : {"libc.so", "libc-", "libpthread", "ld-linux", "libm.so", "libstdc++", "libgcc_s",
+                                  "libpython", "linux-vdso", "[vdso]"})
+    if (b.substr(0, prefix.size()) == prefix) return true;
+  // The interpreter executable itself (python3.11: Debian's links it statically).
+  if (b.substr(0, 6) != "python") return false;
+  return b.find_first_not_of("0123456789.", 6) == std::string_view::npos;
+}
+
+// (function, file) pairs of the runtime's lines, from the functions table, which knows modules.
+class RuntimeLines {
+ public:
+  explicit RuntimeLines(const Profile& p) {
+    for (const auto& f : p.functions)
+      if (runtime_module(p.str(f.module))) keys_.insert(key(f.function, f.file));
+  }
+  bool contains(uint32_t function, uint32_t file) const { return keys_.count(key(function, file)) != 0; }
+
+ private:
+  static uint64_t key(uint32_t function, uint32_t file) { return (uint64_t{function} << 32) | file; }
+  std::unordered_set<uint64_t> keys_;
+};
 
 std::string where(const Profile& p, const profile::LineStat& l) {
   std::string fn = p.str(l.function);
@@ -44,13 +74,17 @@ double tree_cpu_at(const profile::Serving& s, int64_t t) {
 // A serving run (mlprof-run --requests): its start-up (imports, model loading) often outweighs a
 // short replay in the whole run's figures, so the steady state's costliest lines per request come
 // first: up to 3, the first always, the others from 5% of the service's CPU per request.
-void serving_hints(const Profile& p, std::vector<Hint>* out) {
+void serving_hints(const Profile& p, const RuntimeLines& runtime, std::vector<Hint>* out) {
   const profile::Serving& s = p.serving;
   if (!s.present || s.window_requests == 0 || s.lines.empty()) return;
   const double n = static_cast<double>(s.window_requests);
   const double a = tree_cpu_at(s, s.window_start_ns), b = tree_cpu_at(s, s.window_end_ns);
   const double per_request_ms = a >= 0 && b > a ? (b - a) / 1e6 / n : 0.0;
-  const auto by_self = serving_detail::lines_by_self(s);
+  auto by_self = serving_detail::lines_by_self(s);
+  const bool passed_over = !by_self.empty() && runtime.contains(by_self[0]->function, by_self[0]->file);
+  by_self.erase(std::remove_if(by_self.begin(), by_self.end(),
+                               [&](const profile::ServingLine* l) { return runtime.contains(l->function, l->file); }),
+                by_self.end());
   for (size_t i = 0; i < by_self.size() && i < 3; ++i) {
     const auto& l = *by_self[i];
     const double ms = static_cast<double>(l.self_us) / 1000.0 / n;
@@ -63,8 +97,9 @@ void serving_hints(const Profile& p, std::vector<Hint>* out) {
     const bool tied = by_self.size() > 1 && by_self[1]->self_us == by_self[0]->self_us;
     out->push_back({"serving-line", "info",
                     i == 0 ? fmt::format("In the steady state, {} costs {:.3f} ms of CPU per request{}, the most of "
-                                         "any line{}: start with this line.",
-                                         place, ms, of, tied ? ", tied with others (the window has few samples)" : "")
+                                         "any line{}{}: start with this line.",
+                                         place, ms, of, passed_over ? " outside the C runtime and the interpreter" : "",
+                                         tied ? ", tied with others (the window has few samples)" : "")
                            : fmt::format("In the steady state, {} costs {:.3f} ms of CPU per request{}.", place, ms, of),
                     p.str(l.file), l.line, fn});
   }
@@ -76,7 +111,8 @@ std::vector<Hint> hints(const Profile& p) {
   std::vector<Hint> out;
   const uint32_t cpu = p.metric("cpu");
   const int64_t cpu_total = cpu == kNone ? 0 : detail::metric_total(p, cpu);
-  serving_hints(p, &out);
+  const RuntimeLines runtime(p);
+  serving_hints(p, runtime, &out);
   const bool serving = !out.empty();  // the whole run's lines come after the steady state's
 
   // Hottest lines (self CPU: the innermost Python line, or a native leaf line), up to 3 above 5%.
@@ -84,6 +120,7 @@ std::vector<Hint> hints(const Profile& p) {
     size_t n = 0;
     for (size_t i : detail::lines_by_self(p, cpu)) {
       const auto& l = p.lines[i];
+      if (runtime.contains(l.function, l.file)) continue;
       double s = share(detail::at(l.self, cpu), cpu_total);
       if (s < 5.0 || n == 3) break;
       Hint h{"hot-line",

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <numeric>
 
@@ -213,6 +214,32 @@ TEST(HtmlSource, HotRegionsCarryTheirTextOnly) {
   EXPECT_TRUE(t["files"][0]["regions"].empty());
 }
 
+TEST(HtmlHints, RuntimeModulesAreTold) {
+  // The modules whose lines the hints pass over: the C runtime and the interpreter, not the program.
+  Profile p = python_profile("/x/app.py", {{"work", 12, 700}});
+  for (const char* m : {"/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2", "/usr/bin/python3.11",
+                        "/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0", "/usr/lib/libstdc++.so.6"}) {
+    const uint32_t fn = intern(p, std::string("f_") + m), file = intern(p, std::string("src_") + m);
+    p.functions.push_back({fn, intern(p, m), file, 1, {}, {}});
+    p.lines.push_back({file, 1, fn, {900}, {900}});
+  }
+  for (const char* m : {"/srv/app/python_server", "/usr/lib/python3/dist-packages/numpy/core/_multiarray_umath.so",
+                        "/opt/app/libcustom.so"}) {
+    const uint32_t fn = intern(p, std::string("f_") + m), file = intern(p, std::string("src_") + m);
+    p.functions.push_back({fn, intern(p, m), file, 1, {}, {}});
+    p.lines.push_back({file, 1, fn, {800}, {800}});
+  }
+  auto hs = report::hints(p);
+  std::vector<std::string> files;
+  for (const auto& h : hs)
+    if (h.kind == "hot-line") files.push_back(h.file);
+  // The five runtime lines (900 each) are passed over; the program's three (800, in any order) are
+  // the hints.
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"src_/opt/app/libcustom.so", "src_/srv/app/python_server",
+                                             "src_/usr/lib/python3/dist-packages/numpy/core/_multiarray_umath.so"}));
+}
+
 TEST(HtmlHints, HottestLineFirstAndSystemTime) {
   Profile p = python_profile("/x/app.py", {{"work", 12, 700}, {"load", 30, 300}});
   auto hs = report::hints(p);
@@ -262,6 +289,18 @@ TEST(HtmlHints, AServingRunLeadsWithTheSteadyStatePerRequest) {
   EXPECT_EQ(hs[1].line, 5u);
   EXPECT_NE(hs[1].text.find("start-up included"), std::string::npos) << hs[1].text;
   EXPECT_NE(hs[0].text.find(", the most of any line: start"), std::string::npos) << hs[0].text;
+  // A line of the C runtime costs more (libc's futex wait, the service's threads handing the GIL
+  // over): no code to change, so the hint passes over it and says so.
+  const uint32_t futex_fn = intern(p, "__futex_abstimed_wait_common64"), futex_file = intern(p, "nptl/futex-internal.c");
+  p.functions.push_back({futex_fn, intern(p, "/usr/lib/x86_64-linux-gnu/libc.so.6"), futex_file, 57, {}, {}});
+  s.lines.push_back({futex_file, 57, futex_fn, 30'000, 30'000});
+  hs = report::hints(p);
+  ASSERT_FALSE(hs.empty());
+  EXPECT_EQ(hs[0].line, 40u) << hs[0].text;
+  EXPECT_NE(hs[0].text.find("the most of any line outside the C runtime and the interpreter: start"), std::string::npos)
+      << hs[0].text;
+  for (const auto& h : hs) EXPECT_NE(h.file, "nptl/futex-internal.c") << h.text;
+  s.lines.pop_back();
   // Two lines with the same CPU (a short window's few samples): neither is called the most.
   s.lines[0].self_us = 20'000;
   hs = report::hints(p);
