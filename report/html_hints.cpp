@@ -134,16 +134,17 @@ std::vector<Hint> hints(const Profile& p) {
       out.push_back(std::move(h));
       ++n;
     }
-    if (n == 0) {  // no line stands out (or no line info): the hottest function
-      auto order = detail::functions_by_self(p, cpu);
-      if (!order.empty()) {
-        const auto& f = p.functions[order[0]];
+    if (n == 0) {  // no line stands out (or no line info): the hottest named function of the program
+      for (size_t i : detail::functions_by_self(p, cpu)) {
+        const auto& f = p.functions[i];
+        if (runtime_module(p.str(f.module)) || p.str(f.function).empty()) continue;
         double s = share(detail::at(f.self, cpu), cpu_total);
         if (s >= 5.0)
           out.push_back({"hot-function", "info",
                          fmt::format("Function {} uses {:.0f}% of the CPU time itself.",
                                      detail::function_label(p, f), s),
                          p.str(f.file), f.first_line, p.str(f.function)});
+        break;
       }
     }
   }

@@ -11,11 +11,12 @@ mkdir -p "$root/out"
   /usr/bin/python3 "$root/examples/serve.py" 150
 "$root/build/bin/mlprof-run" -q -o "$root/out/native.mlprof" --html "$root/out/native.html" -- \
   "$root/build/bin/native_inference" 600 2
-# The serving workflow: the example HTTP service (scikit-learn) under a replayed request file.
+# The serving workflow: the example HTTP service (scikit-learn) under a replayed request file;
+# 3000 requests (~2 s here) give the steady window enough samples for its per-request lines.
 port=${MLPROF_DEMO_PORT:-18080}
 "$root/build/bin/mlprof-run" -o "$root/out/serving.mlprof" --html "$root/out/serving.html" \
   --requests "$root/examples/requests.txt" --url "http://127.0.0.1:$port/score" \
-  --max-requests 600 --warmup 50 --concurrency 2 -- \
+  --max-requests 3000 --warmup 100 --concurrency 2 -- \
   /usr/bin/python3 "$root/examples/serve_http.py" --port "$port"
 echo
 echo "Serving run (latency, recommendation, per-request tables): $root/out/serving.html"

@@ -240,6 +240,29 @@ TEST(HtmlHints, RuntimeModulesAreTold) {
                                              "src_/usr/lib/python3/dist-packages/numpy/core/_multiarray_umath.so"}));
 }
 
+// No line holds 5%: the hottest function is named, but not an unnamed one or one of the runtime's
+// (the demo's serving report said "Function [unknown] uses 29% of the CPU time itself": Debian's
+// python3.11 without its symbols).
+TEST(HtmlHints, TheHotFunctionIsTheProgramsAndNamed) {
+  Profile p = python_profile("/x/app.py", {{"work", 12, 1000}});
+  p.lines.clear();
+  p.functions.clear();
+  const uint32_t none = intern(p, "");
+  p.functions.push_back({none, intern(p, "/usr/bin/python3.11"), none, 0, {400}, {400}});
+  p.functions.push_back({intern(p, "__memmove_avx_unaligned_erms"), intern(p, "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                         none, 0, {300}, {300}});
+  p.functions.push_back({none, intern(p, "/srv/app/server"), none, 0, {250}, {250}});
+  p.functions.push_back({intern(p, "score"), intern(p, "/srv/app/server"), intern(p, "score.cpp"), 40, {200}, {200}});
+  auto hs = report::hints(p);
+  ASSERT_FALSE(hs.empty());
+  EXPECT_EQ(hs[0].kind, "hot-function");
+  EXPECT_EQ(hs[0].function, "score");
+  EXPECT_NE(hs[0].text.find("20%"), std::string::npos) << hs[0].text;
+  // Below 5%: no function hint at all (not the next one down).
+  p.functions.back().self = {40};
+  for (const auto& h : report::hints(p)) EXPECT_NE(h.kind, "hot-function") << h.text;
+}
+
 TEST(HtmlHints, HottestLineFirstAndSystemTime) {
   Profile p = python_profile("/x/app.py", {{"work", 12, 700}, {"load", 30, 300}});
   auto hs = report::hints(p);
