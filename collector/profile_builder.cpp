@@ -11,6 +11,7 @@
 #include "collector/symbolizer.h"
 #include "fmt/format.h"
 #include "profile/aggregate.h"
+#include "profile/modules.h"
 #include "profile/string_table.h"
 
 namespace mlprof::collector {
@@ -78,18 +79,6 @@ constexpr const char* kMemMetricNames[kMemMetricCount][2] = {
 
 // Where a sample's CPU went, decided by the frames between its leaf and the innermost eval loop.
 enum class CpuClass : uint8_t { kInterpreter, kNative, kSystem };
-
-// C runtime libraries the interpreter calls for its own work (memcpy, malloc): time in them, with
-// only interpreter frames between them and the eval loop, is still interpreter time. mlprof's
-// preload counts as one: its memory hooks stand in front of malloc/memcpy and CPython's allocator.
-bool is_c_runtime(const std::string& path) {
-  auto slash = path.rfind('/');
-  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  for (const char* p : {"libc.so", "libc-", "libm.so", "libm-", "libpthread", "ld-linux", "libdl", "librt", "[vdso]",
-                        "libmlprof_preload"})
-    if (base.rfind(p, 0) == 0) return true;
-  return false;
-}
 
 bool is_eval_function(const std::string& name) {
   return name.rfind("_PyEval_EvalFrameDefault", 0) == 0;  // also its GCC-split ".cold" part
@@ -515,7 +504,9 @@ class Builder {
         uint32_t interp = modules[first_eval];
         bool all_interp = true;
         for (size_t i = 0; i < first_eval && all_interp; ++i)
-          all_interp = modules[i] == interp || is_c_runtime(p_.str(modules[i]));
+          // C runtime libraries the interpreter calls for its own work (memcpy, malloc): time in
+          // them, with only interpreter frames between them and the eval loop, is interpreter time.
+          all_interp = modules[i] == interp || profile::is_c_runtime_module(p_.str(modules[i]));
         out.cls = all_interp ? CpuClass::kInterpreter : CpuClass::kNative;
       } else {
         out.cls = CpuClass::kInterpreter;  // no eval frame found (no symbols): Python frames only

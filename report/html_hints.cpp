@@ -7,6 +7,7 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "profile/modules.h"
 #include "report/format.h"
 #include "report/html_timeline.h"
 #include "report/memory_sites.h"
@@ -24,18 +25,18 @@ double share(int64_t part, int64_t whole) {
   return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
-// The C runtime's and the Python interpreter's own modules: a line there (libc's futex wait as
-// a Python service's threads hand the GIL over, ceval.c outside any Python frame) can hold the
-// most self CPU, but is no code the program's author can change, so the line hints pass over it
-// (its time stays in the tables, the flame graph and the system-time hint).
-bool runtime_module(std::string_view path) {
-  std::string_view b = path.substr(path.find_last_of('/') == std::string_view::npos ? 0 : path.find_last_of('/') + 1);
-  for (std::string_view prefix : {"libc.so", "libc-", "libpthread", "ld-linux", "libm.so", "libstdc++", "libgcc_s",
-                                  "libpython", "linux-vdso", "[vdso]"})
-    if (b.substr(0, prefix.size()) == prefix) return true;
+// The C runtime's (profile::is_c_runtime_module, and the C++ runtime's) and the Python
+// interpreter's own modules: a line there (libc's futex wait as a Python service's threads hand
+// the GIL over, ceval.c outside any Python frame) can hold the most self CPU, but is no code the
+// program's author can change, so the hints pass over it (its time stays in the tables, the
+// flame graph and the system-time hint).
+bool runtime_module(const std::string& path) {
+  if (profile::is_c_runtime_module(path)) return true;
+  const std::string b = detail::basename(path);
+  for (std::string_view prefix : {"libstdc++", "libgcc_s", "libpython", "linux-vdso"})
+    if (b.compare(0, prefix.size(), prefix) == 0) return true;
   // The interpreter executable itself (python3.11: Debian's links it statically).
-  if (b.substr(0, 6) != "python") return false;
-  return b.find_first_not_of("0123456789.", 6) == std::string_view::npos;
+  return b.compare(0, 6, "python") == 0 && b.find_first_not_of("0123456789.", 6) == std::string::npos;
 }
 
 // (function, file) pairs of the runtime's lines, from the functions table, which knows modules.
