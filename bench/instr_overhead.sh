@@ -26,6 +26,7 @@ trap 'rm -rf "$tmp"' EXIT
 cc -O2 -shared -fPIC "$root/bench/py_alloc_passthrough.c" -o "$tmp/passthrough.so"
 echo "# git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $($py --version 2>&1), ${work##*/}"
 . "$root/bench/mlprof_configs.sh"
+complete=50000000  # a run that executed fewer instructions was killed while starting (below)
 instr() {  # $1 = configuration, $2 = passes; prints the instructions the main thread executed
   local wrap pre
   mlprof_config "$1" "$tmp/run.mlprof" || exit 2
@@ -45,14 +46,14 @@ instr() {  # $1 = configuration, $2 = passes; prints the instructions the main t
       "$wrap" "$tmp/passthrough.so" "$2" >/dev/null 2>&1; then
       n=$(awk '/^totals:/ {print $2}' "$tmp/cg.out-01" 2>/dev/null)
     fi
-    [ "${n:-0}" -gt 50000000 ] && break
+    [ "${n:-0}" -gt "$complete" ] && break
   done
   echo "$n"
 }
 base=0
 for c in "${configs[@]}"; do
   a=$(instr "$c" "$lo") b=$(instr "$c" "$hi")
-  [ "${a:-0}" -gt 50000000 ] && [ "${b:-0}" -gt 50000000 ] ||
+  [ "${a:-0}" -gt "$complete" ] && [ "${b:-0}" -gt "$complete" ] ||
     { echo "instr_overhead.sh: $c: no complete run under valgrind in 10 tries" >&2; exit 1; }
   per=$(( (b - a) / ((hi - lo) * 200) ))
   [ "$c" = unprofiled ] && base=$per
