@@ -29,6 +29,8 @@ struct WallThreadState {
   uint32_t pending = 0;         // periods of reused ticks held back, not yet sent (WallSampler::hold)
   uint64_t stack_id = 0;     // the stack sent for it then
   uint64_t stack_gen = 0;    // the writer's stack-id generation that id belongs to
+  int64_t carry_ns = 0;      // off-CPU time not yet counted: waits that ended between ticks, and
+                             // what was left of a period (WallSampler::tick)
 };
 
 struct ThreadSlot {

@@ -95,23 +95,27 @@ int64_t thread_run_delay_ns(WallThreadState& w, uint32_t tid) {
   return delay;
 }
 
-// The wait since its blocked stack was read (at w.block_start_ns) still to be sent, in whole
-// periods: the elapsed time minus the CPU time the thread used minus its run-queue delay (both
-// measured since then), rounded, less the periods already sent for it (w.emitted) and less
-// `reserved` periods that go to another stack; at most `limit`. -1 when unknown (no schedstat, or
-// a counter went back).
-int64_t owed_wait_periods(WallThreadState& w, uint32_t tid, int64_t now, int64_t cpu, int64_t period_ns,
-                          int64_t reserved, int64_t limit) {
-  if (w.delay_ns < 0 || cpu < w.cpu_ns) return -1;
-  const int64_t delay = thread_run_delay_ns(w, tid);
-  if (delay < w.delay_ns) return -1;
+// The wait since its blocked stack was read (at w.block_start_ns) still to be sent, in ns: the
+// elapsed time minus the CPU time the thread used minus its run-queue delay (both measured since
+// then; `delay` is the run-queue delay now), less the periods already sent for it (w.emitted) and
+// `reserved` periods that go to another stack (may be negative). false when unknown (no
+// schedstat, or a counter went back).
+bool owed_wait_ns(const WallThreadState& w, int64_t now, int64_t cpu, int64_t delay, int64_t period_ns,
+                  int64_t reserved, int64_t* out) {
+  if (w.delay_ns < 0 || cpu < w.cpu_ns || delay < w.delay_ns) return false;
   const int64_t off = (now - w.block_start_ns) - (cpu - w.cpu_ns) - (delay - w.delay_ns);
-  int64_t k = off > 0 ? (off + period_ns / 2) / period_ns : 0;
-  k -= static_cast<int64_t>(w.emitted) + reserved;
-  return k < 0 ? 0 : (k < limit ? k : limit);
+  *out = (off > 0 ? off : 0) - (static_cast<int64_t>(w.emitted) + reserved) * period_ns;
+  return true;
 }
 
 }  // namespace
+
+int64_t off_cpu_since_previous_tick(int64_t periods, int64_t period_ns, int64_t cpu_then, int64_t cpu_now,
+                                    int64_t delay_then, int64_t delay_now) {
+  if (cpu_then < 0 || cpu_now < cpu_then || delay_then < 0 || delay_now < delay_then) return -1;
+  const int64_t off = periods * period_ns - (cpu_now - cpu_then) - (delay_now - delay_then);
+  return off > 0 ? off : 0;
+}
 
 bool parse_syscall_line(const char* text, SyscallState* out) {
   *out = SyscallState{};
@@ -166,13 +170,23 @@ void WallSampler::hold(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods,
 // Sends the rest of a wait that ended (the thread woke, or ran and blocked elsewhere) to stack id:
 // the wait owed since its stack was read, less what was sent, at most what is held plus `extra`
 // (a late tick's periods); unknown: what is held, as counted. Stamped where that wait ended.
-void WallSampler::settle(ThreadSlot* s, uint64_t id, int64_t now, int64_t cpu, int64_t extra, int64_t reserved,
-                         WallSink& sink) {
+void WallSampler::settle(ThreadSlot* s, uint64_t id, int64_t now, int64_t cpu, int64_t delay, int64_t extra,
+                         int64_t reserved, WallSink& sink) {
   WallThreadState& w = s->wall;
   const int64_t held = w.pending;
   w.pending = 0;
-  const int64_t owed = owed_wait_periods(w, s->tid, now, cpu, period_ns_, reserved, held + extra);
-  const int64_t k = owed >= 0 ? owed : held;
+  // Whole periods of the owed wait and what earlier ticks carried, at most what is held plus
+  // `extra`; the rest is carried on. Unknown: what is held, as counted.
+  int64_t owed = 0, k = held;
+  if (owed_wait_ns(w, now, cpu, delay, period_ns_, reserved, &owed)) {
+    const int64_t total = owed + w.carry_ns > 0 ? owed + w.carry_ns : 0, limit = held + extra;
+    k = total / period_ns_;
+    w.carry_ns = total - k * period_ns_;
+    if (k > limit) {
+      k = limit;
+      w.carry_ns = 0;
+    }
+  }
   const int64_t end = w.block_start_ns + (static_cast<int64_t>(w.emitted) + k) * period_ns_;
   send(s, id, end < now ? end : now, k, sink);
   w.emitted += static_cast<uint64_t>(k);
@@ -217,17 +231,42 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
     forget_task_file(&w.fd, n, errno);
     return;
   }
+  // Its run-queue delay now (schedstat; -1: unknown): with the CPU time, what this tick compares
+  // with the next one's.
+  const int64_t delay = thread_run_delay_ns(w, s->tid);
+  // Its off-CPU time (neither running nor runnable) since its previous tick; -1: unknown.
+  const int64_t off = off_cpu_since_previous_tick(periods, period_ns_, w.cpu_ns, cpu, w.delay_ns, delay);
   if (st.running) {
-    // It woke since a tick that found it blocked: settle that wait, with this tick's periods (a
-    // late tick's; those it spent neither on a CPU nor runnable were the rest of that wait).
-    if (was_blocked) settle(s, id, now, cpu, periods, 0, sink);
+    if (was_blocked) {
+      // It woke since a tick that found it blocked: settle that wait, with this tick's periods (a
+      // late tick's; those it spent neither on a CPU nor runnable were the rest of that wait).
+      settle(s, id, now, cpu, delay, periods, 0, sink);
+    } else if (off > 0) {
+      // It waited since its previous tick and runs again: where is not known, so that time goes
+      // with the next wait it is found in (a loop's waits are mostly at the same place).
+      w.carry_ns += off;
+    }
     w.cpu_ns = cpu;
+    w.delay_ns = delay;
     w.pc = w.sp = 0;
     return;
   }
-  // Blocked, and it ran since its previous tick (or this is its first wait): a wait it had before
-  // is settled, this tick's periods going to where it is blocked now; then it is unwound there.
-  if (was_blocked && w.pending != 0) settle(s, id, now, cpu, 0, periods, sink);
+  // Blocked, and it ran since its previous tick (or this is its first wait). Counted: its off-CPU
+  // time since that tick, plus what earlier ticks carried, in whole periods (the rest carried on).
+  // Not simply this tick's periods: whether a thread is found blocked samples how much of the time
+  // it waits only when the ticks fall independently of it, and on a busy machine the writer gets
+  // a core most often just when a thread blocks (a compute line's GIL waits read 30% over the
+  // line's wall time with two threads busy on two cores). Without the counters (first tick,
+  // no schedstat): the periods, sampled.
+  int64_t k = periods;
+  if (off >= 0) {
+    const int64_t total = off + w.carry_ns;
+    k = total / period_ns_;
+    w.carry_ns = total - k * period_ns_;
+  }
+  // A wait it had before is settled, this tick's periods going to where it is blocked now; then
+  // it is unwound there.
+  if (was_blocked && w.pending != 0) settle(s, id, now, cpu, delay, 0, k, sink);
   w.cpu_ns = cpu;
   ++unwinds;
   uint64_t pcs[kMaxFrames];
@@ -245,11 +284,11 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   w.stack_gen = gen;
   w.pc = st.pc;
   w.sp = st.sp;
-  w.delay_ns = thread_run_delay_ns(w, s->tid);
+  w.delay_ns = delay;
   w.block_start_ns = now;
   w.emitted = 0;
   w.pending = 0;
-  send(s, w.stack_id, now, periods, sink);
+  send(s, w.stack_id, now, k, sink);
 }
 
 }  // namespace mlprof::preload

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -250,6 +251,76 @@ TEST(WallSampler, RunQueueDelayAfterAWakeUpIsNotWait) {
   EXPECT_NEAR(static_cast<double>(d.after), d.owed_periods, 3.0) << "run-queue delay after the wake-up: " << d.delay_ms
                                                                  << " ms";
   EXPECT_EQ(d.stacks, 1u);
+}
+
+// The thread's own schedstat: CPU time and run-queue delay in ns; false without schedstat.
+bool own_schedstat(int64_t* cpu, int64_t* delay) {
+  FILE* f = fopen("/proc/thread-self/schedstat", "r");
+  if (!f) return false;
+  long long c = 0, d = 0;
+  const bool ok = fscanf(f, "%lld %lld", &c, &d) == 2;
+  fclose(f);
+  *cpu = c;
+  *delay = d;
+  return ok;
+}
+
+// Ticks that fall when the thread blocks: on a busy machine the writer gets a core most often
+// just as a thread blocks and frees one. Counting each such tick's periods as wait made a loop of
+// 7 ms computing and 3 ms sleeping wait ~100% of its time; the wait must be its off-CPU time
+// (~30%), which the thread measures itself (elapsed - CPU - run-queue delay, from its schedstat).
+TEST(WallSampler, TicksThatFallWhenTheThreadBlocksCountItsOffCpuTime) {
+  if (access("/proc/thread-self/schedstat", R_OK) != 0) GTEST_SKIP() << "no schedstat";
+  std::atomic<uint32_t> tid{0};
+  std::atomic<bool> sleeping{false}, stop{false}, started{false};
+  std::atomic<int64_t> off_ns{0}, window_ns{0};
+  std::thread t([&] {
+    tid.store(static_cast<uint32_t>(syscall(SYS_gettid)));
+    while (!started.load()) sched_yield();
+    int64_t cpu0, delay0, cpu1, delay1;
+    const bool ok0 = own_schedstat(&cpu0, &delay0);
+    const int64_t w0 = mono_ns();
+    while (!stop.load()) {
+      const int64_t spin_end = mono_ns() + 7000000;
+      while (mono_ns() < spin_end) {
+      }
+      sleeping.store(true);
+      sleep_ms(3);
+      sleeping.store(false);
+    }
+    const int64_t w1 = mono_ns();
+    if (ok0 && own_schedstat(&cpu1, &delay1)) {
+      window_ns.store(w1 - w0);
+      off_ns.store((w1 - w0) - (cpu1 - cpu0) - (delay1 - delay0));
+    }
+  });
+  while (tid.load() == 0) sched_yield();
+  ThreadSlot* s = slot_for(tid.load(), mono_ns());
+  WallSampler w;
+  w.set_period(kPeriod);
+  RecordingSink sink;
+  started.store(true);
+  const int64_t end = mono_ns() + 1000000000;
+  int64_t last = 0;
+  while (mono_ns() < end) {
+    // Tick only while the thread sleeps, at most once a period.
+    if (!sleeping.load() || mono_ns() - last < kPeriod) continue;
+    last = mono_ns();
+    w.tick(s, last, false, sink);
+  }
+  stop.store(true);
+  t.join();
+  w.finish(s, mono_ns(), sink);
+  release(s);
+  ASSERT_GT(window_ns.load(), 0) << "the thread could not read its schedstat";
+  uint64_t periods = 0;
+  for (auto& x : sink.samples) periods += x.weight;
+  const double wait_ns = static_cast<double>(periods) * kPeriod, off = static_cast<double>(off_ns.load());
+  // The first tick has no earlier counters and counts its periods (up to ~2); the last carries up
+  // to a period; the ticks before the thread's own window and after it add ~a period each.
+  EXPECT_NEAR(wait_ns, off, 0.15 * off + 4.0 * kPeriod)
+      << periods << " periods of wait; the thread was off CPU " << off / 1e6 << " ms of " << window_ns.load() / 1e6
+      << " ms";
 }
 
 TEST(WallSampler, ParsesTheSyscallFile) {
