@@ -22,15 +22,17 @@ struct WallThreadState {
   int sched_fd = -1;         // /proc/self/task/TID/schedstat, likewise
   int64_t accounted_ns = 0;  // wall time up to which this thread's ticks are accounted
   uint64_t pc = 0, sp = 0;   // where it was blocked at its previous tick (0: not blocked)
-  int64_t cpu_ns = -1;       // its CPU time then
+  int64_t cpu_ns = -1;       // its CPU time at counters_ns
   int64_t delay_ns = -1;     // its run-queue delay then (schedstat; -1: unknown)
-  int64_t block_start_ns = 0;   // the tick that read that blocked stack (cpu_ns, delay_ns are from then)
+  int64_t counters_ns = 0;   // the tick that read cpu_ns and delay_ns (its previous tick that read
+                             // /proc, or the start of the wait it was last seen in)
+  int64_t block_start_ns = 0;   // the tick that read that blocked stack
   uint64_t emitted = 0;         // periods sent for that wait by the ticks after block_start_ns
   uint32_t pending = 0;         // periods of reused ticks held back, not yet sent (WallSampler::hold)
   uint64_t stack_id = 0;     // the stack sent for it then
   uint64_t stack_gen = 0;    // the writer's stack-id generation that id belongs to
-  int64_t carry_ns = 0;      // off-CPU time not yet counted: waits that ended between ticks, and
-                             // what was left of a period (WallSampler::tick)
+  int64_t carry_ns = 0;      // off-CPU time not yet counted (WallSampler::tick): waits that ended
+                             // between ticks, and what was left of a period; at most kHoldNs
 };
 
 struct ThreadSlot {

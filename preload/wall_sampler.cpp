@@ -95,27 +95,17 @@ int64_t thread_run_delay_ns(WallThreadState& w, uint32_t tid) {
   return delay;
 }
 
-// The wait since its blocked stack was read (at w.block_start_ns) still to be sent, in ns: the
-// elapsed time minus the CPU time the thread used minus its run-queue delay (both measured since
-// then; `delay` is the run-queue delay now), less the periods already sent for it (w.emitted) and
-// `reserved` periods that go to another stack (may be negative). false when unknown (no
-// schedstat, or a counter went back).
-bool owed_wait_ns(const WallThreadState& w, int64_t now, int64_t cpu, int64_t delay, int64_t period_ns,
-                  int64_t reserved, int64_t* out) {
-  if (w.delay_ns < 0 || cpu < w.cpu_ns || delay < w.delay_ns) return false;
-  const int64_t off = (now - w.block_start_ns) - (cpu - w.cpu_ns) - (delay - w.delay_ns);
-  *out = (off > 0 ? off : 0) - (static_cast<int64_t>(w.emitted) + reserved) * period_ns;
+// The thread's off-CPU time (neither on a CPU nor runnable) since its counters were read (at
+// w.counters_ns): elapsed time minus the CPU time it used minus its run-queue delay. Signed:
+// schedstat adds a wait for a core only once the thread gets one, so a span can give back what
+// the one before counted. false when a counter is unknown (first tick, no schedstat) or went back.
+bool off_cpu_since_counters(const WallThreadState& w, int64_t now, int64_t cpu, int64_t delay, int64_t* out) {
+  if (w.cpu_ns < 0 || cpu < w.cpu_ns || w.delay_ns < 0 || delay < w.delay_ns) return false;
+  *out = (now - w.counters_ns) - (cpu - w.cpu_ns) - (delay - w.delay_ns);
   return true;
 }
 
 }  // namespace
-
-int64_t off_cpu_since_previous_tick(int64_t periods, int64_t period_ns, int64_t cpu_then, int64_t cpu_now,
-                                    int64_t delay_then, int64_t delay_now) {
-  if (cpu_then < 0 || cpu_now < cpu_then || delay_then < 0 || delay_now < delay_then) return -1;
-  const int64_t off = periods * period_ns - (cpu_now - cpu_then) - (delay_now - delay_then);
-  return off > 0 ? off : 0;
-}
 
 bool parse_syscall_line(const char* text, SyscallState* out) {
   *out = SyscallState{};
@@ -167,25 +157,28 @@ void WallSampler::hold(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods,
   w.pending = static_cast<uint32_t>(total);
 }
 
+void WallSampler::set_carry(WallThreadState& w, int64_t ns) const {
+  const int64_t cap = hold_periods_ * period_ns_;
+  w.carry_ns = ns < 0 ? 0 : (ns < cap ? ns : cap);
+}
+
 // Sends the rest of a wait that ended (the thread woke, or ran and blocked elsewhere) to stack id:
-// the wait owed since its stack was read, less what was sent, at most what is held plus `extra`
-// (a late tick's periods); unknown: what is held, as counted. Stamped where that wait ended.
-void WallSampler::settle(ThreadSlot* s, uint64_t id, int64_t now, int64_t cpu, int64_t delay, int64_t extra,
-                         int64_t reserved, WallSink& sink) {
+// when `known`, the off-CPU time since its stack was read (`off`) less `reserved_ns` (another
+// wait's share of it) and the periods already sent, plus the carry, in whole periods, at most what
+// is held plus `extra` (a late tick's periods), the rest carried; otherwise what is held, as
+// counted. Stamped where that wait ended.
+void WallSampler::settle(ThreadSlot* s, uint64_t id, int64_t now, bool known, int64_t off, int64_t extra,
+                         int64_t reserved_ns, WallSink& sink) {
   WallThreadState& w = s->wall;
   const int64_t held = w.pending;
   w.pending = 0;
-  // Whole periods of the owed wait and what earlier ticks carried, at most what is held plus
-  // `extra`; the rest is carried on. Unknown: what is held, as counted.
-  int64_t owed = 0, k = held;
-  if (owed_wait_ns(w, now, cpu, delay, period_ns_, reserved, &owed)) {
-    const int64_t total = owed + w.carry_ns > 0 ? owed + w.carry_ns : 0, limit = held + extra;
-    k = total / period_ns_;
-    w.carry_ns = total - k * period_ns_;
-    if (k > limit) {
-      k = limit;
-      w.carry_ns = 0;
-    }
+  int64_t k = held;
+  if (known) {
+    int64_t owed = off - reserved_ns - static_cast<int64_t>(w.emitted) * period_ns_ + w.carry_ns;
+    if (owed < 0) owed = 0;
+    k = owed / period_ns_;
+    if (k > held + extra) k = held + extra;
+    set_carry(w, owed - k * period_ns_);
   }
   const int64_t end = w.block_start_ns + (static_cast<int64_t>(w.emitted) + k) * period_ns_;
   send(s, id, end < now ? end : now, k, sink);
@@ -231,42 +224,52 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
     forget_task_file(&w.fd, n, errno);
     return;
   }
-  // Its run-queue delay now (schedstat; -1: unknown): with the CPU time, what this tick compares
-  // with the next one's.
+  // Its run-queue delay now (schedstat; -1: unknown), and its off-CPU time since its counters
+  // were read (the previous tick that read it, or the start of the wait it was last seen in).
   const int64_t delay = thread_run_delay_ns(w, s->tid);
-  // Its off-CPU time (neither running nor runnable) since its previous tick; -1: unknown.
-  const int64_t off = off_cpu_since_previous_tick(periods, period_ns_, w.cpu_ns, cpu, w.delay_ns, delay);
+  int64_t off = 0;
+  const bool known = off_cpu_since_counters(w, now, cpu, delay, &off);
   if (st.running) {
     if (was_blocked) {
       // It woke since a tick that found it blocked: settle that wait, with this tick's periods (a
       // late tick's; those it spent neither on a CPU nor runnable were the rest of that wait).
-      settle(s, id, now, cpu, delay, periods, 0, sink);
-    } else if (off > 0) {
-      // It waited since its previous tick and runs again: where is not known, so that time goes
-      // with the next wait it is found in (a loop's waits are mostly at the same place).
-      w.carry_ns += off;
+      settle(s, id, now, known, off, periods, 0, sink);
+    } else if (known) {
+      // It may have waited since its previous tick and runs again: where is not known, so that
+      // time goes with the next wait it is found in (a loop's waits are mostly at one place).
+      set_carry(w, w.carry_ns + off);
     }
     w.cpu_ns = cpu;
     w.delay_ns = delay;
+    w.counters_ns = now;
     w.pc = w.sp = 0;
     return;
   }
   // Blocked, and it ran since its previous tick (or this is its first wait). Counted: its off-CPU
-  // time since that tick, plus what earlier ticks carried, in whole periods (the rest carried on).
+  // time since its counters were read, plus the carry, in whole periods (the rest carried on).
   // Not simply this tick's periods: whether a thread is found blocked samples how much of the time
   // it waits only when the ticks fall independently of it, and on a busy machine the writer gets
   // a core most often just when a thread blocks (a compute line's GIL waits read 30% over the
-  // line's wall time with two threads busy on two cores). Without the counters (first tick,
-  // no schedstat): the periods, sampled.
+  // line's wall time with two threads busy on two cores). Without the counters (first tick, no
+  // schedstat): the periods, as counted.
   int64_t k = periods;
-  if (off >= 0) {
-    const int64_t total = off + w.carry_ns;
+  if (known) {
+    int64_t mine = off;
+    if (was_blocked && w.pending != 0) {
+      // It woke from the wait at `id`, ran and blocked here, all since the last tick that found
+      // it there (the counters date from that wait's start). This wait's share: this tick's
+      // periods less the CPU time and run delay since, within the off-CPU time; that wait gets
+      // the rest.
+      const int64_t span = periods * period_ns_ - (cpu - w.cpu_ns) - (delay - w.delay_ns);
+      mine = span < 0 ? 0 : (span < off ? span : (off > 0 ? off : 0));
+      settle(s, id, now, true, off, 0, mine, sink);
+    }
+    const int64_t total = mine + w.carry_ns > 0 ? mine + w.carry_ns : 0;
     k = total / period_ns_;
-    w.carry_ns = total - k * period_ns_;
+    set_carry(w, total - k * period_ns_);
+  } else if (was_blocked && w.pending != 0) {
+    settle(s, id, now, false, 0, 0, 0, sink);  // what is held, as counted
   }
-  // A wait it had before is settled, this tick's periods going to where it is blocked now; then
-  // it is unwound there.
-  if (was_blocked && w.pending != 0) settle(s, id, now, cpu, delay, 0, k, sink);
   w.cpu_ns = cpu;
   ++unwinds;
   uint64_t pcs[kMaxFrames];
@@ -285,6 +288,7 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   w.pc = st.pc;
   w.sp = st.sp;
   w.delay_ns = delay;
+  w.counters_ns = now;
   w.block_start_ns = now;
   w.emitted = 0;
   w.pending = 0;

@@ -12,9 +12,11 @@
 // unwound from (PC, SP) with the CFI tables, rbp unknown; Python frames of ITS thread state) and
 // SAMPLEs weighing wall periods: the first tick that finds it blocked sends its off-CPU time since
 // its previous tick (elapsed - CPU time - run-queue delay, from the CPU clock and schedstat read at
-// both ticks) in whole periods, the rest carried (WallThreadState::carry_ns), with the off-CPU time
-// of intervals that ended with the thread running (waits that ended between ticks: where is not
-// known, so they go with the next wait it is found in). Not the tick's periods: a thread found
+// both ticks: WallThreadState::counters_ns) in whole periods, the rest carried
+// (WallThreadState::carry_ns, 0..kHoldNs), with the off-CPU time of intervals that ended with the
+// thread running (waits that ended between ticks: where is not known, so they go with the next
+// wait it is found in; signed, since schedstat adds a wait for a core only once the thread gets
+// one). Not the tick's periods: a thread found
 // blocked at a tick waited the whole period only on average over ticks that fall independently of
 // it, and a writer that waits for a core gets one most often just as a thread blocks. Without
 // schedstat, and at a thread's first tick, the periods are sent as counted. Later ticks of the same
@@ -31,8 +33,8 @@
 // busy machine, tens of ms after a sleep): so the periods of reused ticks are held back, up to
 // kHoldNs (at least two periods), and settled when a tick finds the thread running (or blocked elsewhere) with
 // /proc/self/task/TID/schedstat, read when the blocked stack was taken and again now: elapsed
-// minus CPU time minus run-queue delay since then was the wait, rounded to whole periods, less
-// what was already sent (owed_wait_ns). The same settles a late tick (the writer waited for
+// minus CPU time minus run-queue delay since then was the wait, in whole periods (the rest carried), less
+// what was already sent (settle). The same settles a late tick (the writer waited for
 // a core) that finds running a thread it last saw blocked: the part of its periods that was still
 // that wait goes to the blocked stack. Periods still held at the last cycle, at a collector's
 // flush, before stack ids are voided (a module unloaded), or when the thread exits, are sent as
@@ -70,12 +72,6 @@ struct SyscallState {
 // Parses the file's text; false when it is neither "running" nor a syscall line.
 bool parse_syscall_line(const char* text, SyscallState* out);
 
-// A thread's time neither on a CPU nor runnable over the `periods` since its previous tick, which
-// read its CPU time cpu_then and run-queue delay delay_then (ns, at least 0); -1 when a counter is
-// unknown (-1) or went back.
-int64_t off_cpu_since_previous_tick(int64_t periods, int64_t period_ns, int64_t cpu_then, int64_t cpu_now,
-                                    int64_t delay_then, int64_t delay_now);
-
 class WallSampler {
  public:
   void set_period(int64_t period_ns) {
@@ -101,8 +97,10 @@ class WallSampler {
  private:
   void send(ThreadSlot* s, uint64_t id, int64_t t, int64_t periods, WallSink& sink);
   void hold(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods, WallSink& sink);
-  void settle(ThreadSlot* s, uint64_t id, int64_t now, int64_t cpu, int64_t delay, int64_t extra, int64_t reserved,
+  void settle(ThreadSlot* s, uint64_t id, int64_t now, bool known, int64_t off, int64_t extra, int64_t reserved_ns,
               WallSink& sink);
+  // Off-CPU time carried to the next wait, at least 0 and at most what is held back (kHoldNs).
+  void set_carry(WallThreadState& w, int64_t ns) const;
 
   int64_t period_ns_ = 10000000;
   int64_t hold_periods_ = 10;

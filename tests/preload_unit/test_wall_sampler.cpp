@@ -253,22 +253,27 @@ TEST(WallSampler, RunQueueDelayAfterAWakeUpIsNotWait) {
   EXPECT_EQ(d.stacks, 1u);
 }
 
-// The thread's own schedstat: CPU time and run-queue delay in ns; false without schedstat.
+// The calling thread's CPU time (its CPU clock: schedstat's first field, read by the running
+// thread itself, lags by the current time slice) and run-queue delay (schedstat) in ns; false
+// without schedstat.
 bool own_schedstat(int64_t* cpu, int64_t* delay) {
   FILE* f = fopen("/proc/thread-self/schedstat", "r");
   if (!f) return false;
   long long c = 0, d = 0;
   const bool ok = fscanf(f, "%lld %lld", &c, &d) == 2;
   fclose(f);
-  *cpu = c;
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  *cpu = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   *delay = d;
   return ok;
 }
 
 // Ticks that fall when the thread blocks: on a busy machine the writer gets a core most often
 // just as a thread blocks and frees one. Counting each such tick's periods as wait made a loop of
-// 7 ms computing and 3 ms sleeping wait ~100% of its time; the wait must be its off-CPU time
-// (~30%), which the thread measures itself (elapsed - CPU - run-queue delay, from its schedstat).
+// 7 ms computing and 3 ms sleeping wait ~100% of its time (99 periods for 303 ms off CPU); the
+// wait must be its off-CPU time (~30%), which the thread measures itself (elapsed - CPU -
+// run-queue delay, from its own schedstat).
 TEST(WallSampler, TicksThatFallWhenTheThreadBlocksCountItsOffCpuTime) {
   if (access("/proc/thread-self/schedstat", R_OK) != 0) GTEST_SKIP() << "no schedstat";
   std::atomic<uint32_t> tid{0};
@@ -276,7 +281,7 @@ TEST(WallSampler, TicksThatFallWhenTheThreadBlocksCountItsOffCpuTime) {
   std::atomic<int64_t> off_ns{0}, window_ns{0};
   std::thread t([&] {
     tid.store(static_cast<uint32_t>(syscall(SYS_gettid)));
-    while (!started.load()) sched_yield();
+    while (!started.load()) sleep_ms(1);
     int64_t cpu0, delay0, cpu1, delay1;
     const bool ok0 = own_schedstat(&cpu0, &delay0);
     const int64_t w0 = mono_ns();
@@ -299,14 +304,23 @@ TEST(WallSampler, TicksThatFallWhenTheThreadBlocksCountItsOffCpuTime) {
   WallSampler w;
   w.set_period(kPeriod);
   RecordingSink sink;
+  // A first tick reads the thread's counters (it waits in 1 ms sleeps for `started`): its periods
+  // are counted as they come, and are not part of the check.
+  sleep_ms(15);
+  w.tick(s, mono_ns(), false, sink);
+  uint64_t first = 0;
+  for (auto& x : sink.samples) first += x.weight;
   started.store(true);
   const int64_t end = mono_ns() + 1000000000;
   int64_t last = 0;
   while (mono_ns() < end) {
-    // Tick only while the thread sleeps, at most once a period.
-    if (!sleeping.load() || mono_ns() - last < kPeriod) continue;
-    last = mono_ns();
-    w.tick(s, last, false, sink);
+    // Tick only while the thread sleeps, at most once a period; look every 0.1 ms.
+    if (sleeping.load() && mono_ns() - last >= kPeriod) {
+      last = mono_ns();
+      w.tick(s, last, false, sink);
+    }
+    timespec ts{0, 100000};
+    nanosleep(&ts, nullptr);
   }
   stop.store(true);
   t.join();
@@ -315,12 +329,61 @@ TEST(WallSampler, TicksThatFallWhenTheThreadBlocksCountItsOffCpuTime) {
   ASSERT_GT(window_ns.load(), 0) << "the thread could not read its schedstat";
   uint64_t periods = 0;
   for (auto& x : sink.samples) periods += x.weight;
+  periods -= first;
   const double wait_ns = static_cast<double>(periods) * kPeriod, off = static_cast<double>(off_ns.load());
-  // The first tick has no earlier counters and counts its periods (up to ~2); the last carries up
-  // to a period; the ticks before the thread's own window and after it add ~a period each.
-  EXPECT_NEAR(wait_ns, off, 0.15 * off + 4.0 * kPeriod)
+  // 15%, and 2 periods: the carry left at the end, and the thread's window starting a little after
+  // the first tick and ending a little after the last.
+  EXPECT_NEAR(wait_ns, off, 0.15 * off + 2.0 * kPeriod)
       << periods << " periods of wait; the thread was off CPU " << off / 1e6 << " ms of " << window_ns.load() / 1e6
       << " ms";
+}
+
+// A thread that never blocks waits nothing: its ticks find it running, and the off-CPU time they
+// measure between them (elapsed - CPU - run delay) is noise around 0 (tick times, and schedstat
+// adding a wait for a core only once the thread gets one), which must not add up. Then one sleep
+// of 100 ms: counted once, ~10 periods.
+TEST(WallSampler, AThreadThatNeverBlocksWaitsNothing) {
+  if (access("/proc/thread-self/schedstat", R_OK) != 0) GTEST_SKIP() << "no schedstat";
+  std::atomic<uint32_t> tid{0};
+  std::atomic<int> phase{0};  // 0: spin, 1: sleep 100 ms then spin, 2: stop
+  std::atomic<int64_t> slept_ns{0};
+  std::thread t([&] {
+    tid.store(static_cast<uint32_t>(syscall(SYS_gettid)));
+    while (phase.load() == 0) {
+    }
+    const int64_t a = mono_ns();
+    sleep_ms(100);
+    slept_ns.store(mono_ns() - a);
+    while (phase.load() == 1) {
+    }
+  });
+  while (tid.load() == 0) sched_yield();
+  ThreadSlot* s = slot_for(tid.load(), mono_ns());
+  WallSampler w;
+  w.set_period(kPeriod);
+  RecordingSink sink;
+  for (int i = 0; i < 100; ++i) {  // 1 s of spinning, a tick every period
+    sleep_ms(10);
+    w.tick(s, mono_ns(), false, sink);
+  }
+  uint64_t spinning = 0;
+  for (auto& x : sink.samples) spinning += x.weight;
+  const int64_t carry_ms = s->wall.carry_ns / 1000000;
+  phase.store(1);
+  for (int i = 0; i < 30; ++i) {
+    sleep_ms(10);
+    w.tick(s, mono_ns(), false, sink);
+  }
+  phase.store(2);
+  t.join();
+  w.finish(s, mono_ns(), sink);
+  release(s);
+  uint64_t all = 0;
+  for (auto& x : sink.samples) all += x.weight;
+  EXPECT_LE(spinning, 1u) << "periods of wait while it only spun";
+  EXPECT_LE(carry_ms, 10) << "off-CPU time carried while it only spun";
+  EXPECT_NEAR(static_cast<double>(all - spinning), static_cast<double>(slept_ns.load()) / kPeriod, 2.0)
+      << "the 100 ms sleep";
 }
 
 TEST(WallSampler, ParsesTheSyscallFile) {
