@@ -32,7 +32,8 @@ struct WallThreadState {
   uint64_t stack_id = 0;     // the stack sent for it then
   uint64_t stack_gen = 0;    // the writer's stack-id generation that id belongs to
   int64_t carry_ns = 0;      // off-CPU time not yet counted (WallSampler::tick): waits that ended
-                             // between ticks, and what was left of a period; at most kHoldNs
+                             // between ticks, and what was left of a period; at most
+                             // WallSampler's hold (100 ms' worth of periods, at least two)
 };
 
 struct ThreadSlot {

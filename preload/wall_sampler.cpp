@@ -53,6 +53,12 @@ int64_t thread_cpu_ns(uint32_t tid) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+int64_t monotonic_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 // Reads /proc/self/task/TID/<name> through *fd, opened on first use and kept open. Returns the
 // length read (0 or less: nothing). When the text may not be that file's (parse failed), call
 // forget_task_file.
@@ -204,6 +210,9 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   w.accounted_ns += periods * period_ns_;
 
   const int64_t cpu = thread_cpu_ns(s->tid);
+  // When the counters are read: `now` is the cycle's, and the writer may have waited for a core
+  // since (a running thread's CPU time would then look short of the elapsed time).
+  const int64_t read_ns = monotonic_ns();
   const uint64_t gen = sink.stack_generation();
   const uint64_t id = w.stack_id;
   const bool was_blocked = w.pc != 0 && id != 0 && w.stack_gen == gen;
@@ -225,23 +234,26 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
     return;
   }
   // Its run-queue delay now (schedstat; -1: unknown), and its off-CPU time since its counters
-  // were read (the previous tick that read it, or the start of the wait it was last seen in).
+  // were read: at its previous tick that read /proc, or, when that tick found it blocked
+  // (from_wait), at the start of that wait, for which w.emitted periods were sent since.
   const int64_t delay = thread_run_delay_ns(w, s->tid);
   int64_t off = 0;
-  const bool known = off_cpu_since_counters(w, now, cpu, delay, &off);
+  const bool known = off_cpu_since_counters(w, read_ns, cpu, delay, &off);
+  const bool from_wait = w.pc != 0;
   if (st.running) {
     if (was_blocked) {
       // It woke since a tick that found it blocked: settle that wait, with this tick's periods (a
       // late tick's; those it spent neither on a CPU nor runnable were the rest of that wait).
       settle(s, id, now, known, off, periods, 0, sink);
-    } else if (known) {
+    } else if (known && !from_wait) {
       // It may have waited since its previous tick and runs again: where is not known, so that
       // time goes with the next wait it is found in (a loop's waits are mostly at one place).
       set_carry(w, w.carry_ns + off);
-    }
+    }  // (from a wait whose stack ids were voided since, a module unloaded or a new stream: its
+       // rest is dropped with them)
     w.cpu_ns = cpu;
     w.delay_ns = delay;
-    w.counters_ns = now;
+    w.counters_ns = read_ns;
     w.pc = w.sp = 0;
     return;
   }
@@ -255,14 +267,16 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   int64_t k = periods;
   if (known) {
     int64_t mine = off;
-    if (was_blocked && w.pending != 0) {
-      // It woke from the wait at `id`, ran and blocked here, all since the last tick that found
-      // it there (the counters date from that wait's start). This wait's share: this tick's
-      // periods less the CPU time and run delay since, within the off-CPU time; that wait gets
-      // the rest.
+    if (from_wait) {
+      // It woke from the wait it was last seen in, ran and blocked here, all since the last tick
+      // that found it there (the counters date from that wait's start). This wait's share: this
+      // tick's periods less the CPU time and run delay since, within the off-CPU time. That wait
+      // gets the rest, less what was sent for it (settle), or, when its stack ids were voided
+      // since, the rest is dropped with them.
       const int64_t span = periods * period_ns_ - (cpu - w.cpu_ns) - (delay - w.delay_ns);
-      mine = span < 0 ? 0 : (span < off ? span : (off > 0 ? off : 0));
-      settle(s, id, now, true, off, 0, mine, sink);
+      const int64_t off0 = off > 0 ? off : 0;
+      mine = span < 0 ? 0 : (span < off0 ? span : off0);
+      if (was_blocked) settle(s, id, now, true, off, 0, mine, sink);
     }
     const int64_t total = mine + w.carry_ns > 0 ? mine + w.carry_ns : 0;
     k = total / period_ns_;
@@ -288,7 +302,7 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   w.pc = st.pc;
   w.sp = st.sp;
   w.delay_ns = delay;
-  w.counters_ns = now;
+  w.counters_ns = read_ns;
   w.block_start_ns = now;
   w.emitted = 0;
   w.pending = 0;

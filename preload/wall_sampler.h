@@ -10,15 +10,16 @@
 //                                  user stack pointer SP and program counter PC.
 // A blocked thread's wait is sent as a STACK flagged wire::kStackOffCpuWait (native frames
 // unwound from (PC, SP) with the CFI tables, rbp unknown; Python frames of ITS thread state) and
-// SAMPLEs weighing wall periods: the first tick that finds it blocked sends its off-CPU time since
-// its previous tick (elapsed - CPU time - run-queue delay, from the CPU clock and schedstat read at
-// both ticks: WallThreadState::counters_ns) in whole periods, the rest carried
-// (WallThreadState::carry_ns, 0..kHoldNs), with the off-CPU time of intervals that ended with the
-// thread running (waits that ended between ticks: where is not known, so they go with the next
-// wait it is found in; signed, since schedstat adds a wait for a core only once the thread gets
-// one). Not the tick's periods: a thread found
-// blocked at a tick waited the whole period only on average over ticks that fall independently of
-// it, and a writer that waits for a core gets one most often just as a thread blocks. Without
+// SAMPLEs weighing wall periods: the first tick that finds it blocked sends its off-CPU time
+// since its counters were read (its previous tick that read /proc, or the start of the wait it
+// was last seen in, less what was sent for that one): elapsed - CPU time - run-queue delay, from
+// the CPU clock and schedstat read at both (WallThreadState::counters_ns), in whole periods, the
+// rest carried (WallThreadState::carry_ns, at most what is held back: below) with the off-CPU
+// time of spans that ended with the thread running (waits that ended between ticks: where is not
+// known, so they go with the next wait it is found in; signed, since schedstat adds a wait for a
+// core only once the thread gets one). Not the tick's periods: a thread found blocked at a tick
+// waited the whole period only on average over ticks that fall independently of it, and a writer
+// that waits for a core gets one most often just as a thread blocks. Without
 // schedstat, and at a thread's first tick, the periods are sent as counted. Later ticks of the same
 // wait are held back and sent as described below.
 // A blocked thread's stack does not change while it stays blocked. Each tick first reads the
@@ -99,7 +100,7 @@ class WallSampler {
   void hold(ThreadSlot* s, uint64_t id, int64_t now, int64_t periods, WallSink& sink);
   void settle(ThreadSlot* s, uint64_t id, int64_t now, bool known, int64_t off, int64_t extra, int64_t reserved_ns,
               WallSink& sink);
-  // Off-CPU time carried to the next wait, at least 0 and at most what is held back (kHoldNs).
+  // Off-CPU time carried to the next wait, at least 0 and at most hold_periods_ periods.
   void set_carry(WallThreadState& w, int64_t ns) const;
 
   int64_t period_ns_ = 10000000;

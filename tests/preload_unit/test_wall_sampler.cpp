@@ -42,8 +42,9 @@ class RecordingSink : public WallSink {
     return ++stacks;
   }
   void wall_sample(uint32_t, uint64_t id, int64_t, uint32_t weight) override { samples.push_back({id, weight}); }
-  uint64_t stack_generation() const override { return 1; }
+  uint64_t stack_generation() const override { return gen; }
 
+  uint64_t gen = 1;  // a new value voids earlier stack ids (a module unloaded, a new stream)
   uint64_t stacks = 0;
   std::vector<Sample> samples;
 };
@@ -137,6 +138,41 @@ TEST(WallSampler, OnTimeTicksCountTheWaitOnce) {
   // machine (ctest -j2: 18 against 15 owed was seen once with a margin of 3).
   EXPECT_NEAR(static_cast<double>(after), owed_periods, 5.0);
   EXPECT_EQ(sc.sink.stacks, 1u);
+}
+
+// A collector's flush (finish: held periods sent as counted) in the middle of a wait, and stack
+// ids voided in the middle of another (a module unloaded: finish, then a new generation), must
+// not count the wait again: the next tick that reads /proc finds its counters dating from the
+// wait's start, with periods already sent for it. By construction the thread sleeps 500 ms; the
+// ticks every period from its start count it once (~50 periods; each event once counted ~25
+// periods again).
+TEST(WallSampler, AWaitAcrossAFlushOrVoidedStackIdsIsCountedOnce) {
+  if (access("/proc/thread-self/schedstat", R_OK) != 0) GTEST_SKIP() << "no schedstat";
+  for (bool void_ids : {false, true}) {
+    SCOPED_TRACE(void_ids ? "stack ids voided" : "flush");
+    Scene sc(500);
+    while (mono_ns() < sc.t0 + 250000000) {
+      sleep_ms(10);
+      sc.tick();
+    }
+    sc.w.finish(sc.s, mono_ns(), sc.sink);
+    if (void_ids) ++sc.sink.gen;
+    while (mono_ns() < sc.t0 + 700000000) {  // it wakes at 500 ms and spins
+      sleep_ms(10);
+      sc.tick();
+    }
+    sc.w.finish(sc.s, mono_ns(), sc.sink);
+    uint64_t periods = 0;
+    for (auto& x : sc.sink.samples) periods += x.weight;
+    // With its stack ids voided, the rest of the wait after the flush may be dropped or counted
+    // once at the new stack; never twice.
+    if (void_ids) {
+      EXPECT_LE(static_cast<double>(periods), 50.0 + 4.0);
+      EXPECT_GE(static_cast<double>(periods), 25.0 - 4.0);
+    } else {
+      EXPECT_NEAR(static_cast<double>(periods), 50.0, 4.0);
+    }
+  }
 }
 
 // Pins the calling thread to one CPU; false when not allowed.
@@ -381,8 +417,10 @@ TEST(WallSampler, AThreadThatNeverBlocksWaitsNothing) {
   uint64_t all = 0;
   for (auto& x : sink.samples) all += x.weight;
   EXPECT_LE(spinning, 1u) << "periods of wait while it only spun";
-  EXPECT_LE(carry_ms, 10) << "off-CPU time carried while it only spun";
-  EXPECT_NEAR(static_cast<double>(all - spinning), static_cast<double>(slept_ns.load()) / kPeriod, 2.0)
+  // (A wait for a core at the last tick is not yet in schedstat's run delay: it reads as off-CPU
+  // until the thread runs, so a little is allowed.)
+  EXPECT_LE(carry_ms, 30) << "off-CPU time carried while it only spun";
+  EXPECT_NEAR(static_cast<double>(all - spinning), static_cast<double>(slept_ns.load()) / kPeriod, 3.0)
       << "the 100 ms sleep";
 }
 
