@@ -224,6 +224,9 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
     hold(s, id, now, periods, sink);
     return;
   }
+  // Its run-queue delay (schedstat; -1: unknown), read with the CPU clock and read_ns: a writer
+  // that lost its core in between would split one wait for a core across two spans.
+  const int64_t delay = thread_run_delay_ns(w, s->tid);
   char buf[256];
   ++reads;
   ssize_t n = read_task_file(&w.fd, s->tid, "syscall", buf, sizeof buf);
@@ -233,10 +236,9 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
     forget_task_file(&w.fd, n, errno);
     return;
   }
-  // Its run-queue delay now (schedstat; -1: unknown), and its off-CPU time since its counters
-  // were read: at its previous tick that read /proc, or, when that tick found it blocked
-  // (from_wait), at the start of that wait, for which w.emitted periods were sent since.
-  const int64_t delay = thread_run_delay_ns(w, s->tid);
+  // Its off-CPU time since its counters were read: at its previous tick that read /proc, or, when
+  // that tick found it blocked (from_wait), at the start of that wait, for which w.emitted
+  // periods were sent since.
   int64_t off = 0;
   const bool known = off_cpu_since_counters(w, read_ns, cpu, delay, &off);
   const bool from_wait = w.pc != 0;
@@ -271,8 +273,9 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
       // It woke from the wait it was last seen in, ran and blocked here, all since the last tick
       // that found it there (the counters date from that wait's start). This wait's share: this
       // tick's periods less the CPU time and run delay since, within the off-CPU time. That wait
-      // gets the rest, less what was sent for it (settle), or, when its stack ids were voided
-      // since, the rest is dropped with them.
+      // gets the rest, less what was sent for it, up to what it holds (settle: beyond, the rest is
+      // carried to this one), or, when its stack ids were voided since, the rest is dropped with
+      // them.
       const int64_t span = periods * period_ns_ - (cpu - w.cpu_ns) - (delay - w.delay_ns);
       const int64_t off0 = off > 0 ? off : 0;
       mine = span < 0 ? 0 : (span < off0 ? span : off0);

@@ -140,35 +140,57 @@ TEST(WallSampler, OnTimeTicksCountTheWaitOnce) {
   EXPECT_EQ(sc.sink.stacks, 1u);
 }
 
-// A collector's flush (finish: held periods sent as counted) in the middle of a wait, and stack
-// ids voided in the middle of another (a module unloaded: finish, then a new generation), must
-// not count the wait again: the next tick that reads /proc finds its counters dating from the
-// wait's start, with periods already sent for it. By construction the thread sleeps 500 ms; the
-// ticks every period from its start count it once (~50 periods; each event once counted ~25
-// periods again).
+// A collector's flush (finish: held periods sent as counted) between two waits, and stack ids
+// voided in the middle of a wait (a module unloaded: finish, then a new generation), must not
+// count a wait again: the next tick that reads /proc finds counters dating from the wait's start,
+// with periods already sent for it. By construction the thread sleeps 250 ms, runs ~1 ms, sleeps
+// 250 ms again, then spins; ticks every period, the flush or the new generation at 240 ms (during
+// the first sleep), the next tick at 300 ms (during the second): ~50 periods in all (before the
+// fix ~74 with the ids voided, ~75 after the flush).
 TEST(WallSampler, AWaitAcrossAFlushOrVoidedStackIdsIsCountedOnce) {
   if (access("/proc/thread-self/schedstat", R_OK) != 0) GTEST_SKIP() << "no schedstat";
   for (bool void_ids : {false, true}) {
     SCOPED_TRACE(void_ids ? "stack ids voided" : "flush");
-    Scene sc(500);
-    while (mono_ns() < sc.t0 + 250000000) {
+    std::atomic<uint32_t> tid{0};
+    std::atomic<bool> stop{false};
+    const int64_t t0 = mono_ns();
+    std::thread t([&] {
+      tid.store(static_cast<uint32_t>(syscall(SYS_gettid)));
+      sleep_ms(250);
+      const int64_t spin_end = mono_ns() + 1000000;
+      while (mono_ns() < spin_end) {
+      }
+      sleep_ms(250);
+      while (!stop.load()) {
+      }
+    });
+    while (tid.load() == 0) sched_yield();
+    ThreadSlot* s = slot_for(tid.load(), t0);
+    WallSampler w;
+    w.set_period(kPeriod);
+    RecordingSink sink;
+    while (mono_ns() < t0 + 240000000) {
       sleep_ms(10);
-      sc.tick();
+      w.tick(s, mono_ns(), false, sink);
     }
-    sc.w.finish(sc.s, mono_ns(), sc.sink);
-    if (void_ids) ++sc.sink.gen;
-    while (mono_ns() < sc.t0 + 700000000) {  // it wakes at 500 ms and spins
+    w.finish(s, mono_ns(), sink);  // what the writer does after a cycle, at a flush or an unload
+    if (void_ids) ++sink.gen;
+    sleep_ms(static_cast<int>((t0 + 300000000 - mono_ns()) / 1000000));
+    while (mono_ns() < t0 + 700000000) {  // it wakes at ~500 ms and spins
+      w.tick(s, mono_ns(), false, sink);
       sleep_ms(10);
-      sc.tick();
     }
-    sc.w.finish(sc.s, mono_ns(), sc.sink);
+    w.finish(s, mono_ns(), sink);
+    stop.store(true);
+    t.join();
+    release(s);
     uint64_t periods = 0;
-    for (auto& x : sc.sink.samples) periods += x.weight;
-    // With its stack ids voided, the rest of the wait after the flush may be dropped or counted
-    // once at the new stack; never twice.
+    for (auto& x : sink.samples) periods += x.weight;
+    // With its stack ids voided, the rest of the first sleep after 240 ms may be dropped (~6
+    // periods) or counted at the new stack; never twice.
     if (void_ids) {
       EXPECT_LE(static_cast<double>(periods), 50.0 + 4.0);
-      EXPECT_GE(static_cast<double>(periods), 25.0 - 4.0);
+      EXPECT_GE(static_cast<double>(periods), 44.0 - 4.0);
     } else {
       EXPECT_NEAR(static_cast<double>(periods), 50.0, 4.0);
     }
