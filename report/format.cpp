@@ -269,6 +269,11 @@ std::vector<std::string> all_warnings(const Profile& prof) {
   for (const auto& p : prof.processes)
     for (const auto& m : p.messages)
       out.push_back(fmt::format("[pid {} {}] {}", p.pid, process_name(p), m));
+  // One "no debug info" line per library of a Python or PyTorch stack (20 and more) would push
+  // the warnings that change what the profile means (a process's degraded Python or GPU support,
+  // dropped samples) below the report's fold: those come first, in their order.
+  std::stable_partition(out.begin(), out.end(),
+                        [](const std::string& w) { return w.rfind("no debug info for ", 0) != 0; });
   return out;
 }
 

@@ -58,7 +58,8 @@ std::string function_location(const profile::Profile&, const profile::FunctionSt
 std::vector<size_t> functions_by_self(const profile::Profile&, uint32_t metric);
 std::vector<size_t> lines_by_self(const profile::Profile&, uint32_t metric);
 
-// Run-level warnings, then each process's messages prefixed "[pid N name] ".
+// Run-level warnings, then each process's messages prefixed "[pid N name] ", the "no debug info"
+// lines (one per library) last.
 std::vector<std::string> all_warnings(const profile::Profile&);
 
 }  // namespace mlprof::report::detail
