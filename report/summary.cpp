@@ -120,7 +120,24 @@ std::string warnings(const Profile& prof, const Style& st) {
   auto all = detail::all_warnings(prof);
   if (all.empty()) return "";
   std::string out = "\n" + st.bold(fmt::format("Warnings ({}):", all.size())) + "\n";
-  for (const auto& w : all) out += st.warn("  ! " + clean(w)) + "\n";
+  // "no debug info for PATH: ..." comes once per library (all_warnings puts them last): 14-22
+  // lines for a PyTorch or scikit-learn run. From kGroupFrom on they are one line of basenames;
+  // the HTML report and `mlprof export --format json` keep each.
+  constexpr size_t kGroupFrom = 4;
+  constexpr std::string_view kNoDebug = "no debug info for ";
+  std::vector<std::string> no_debug;
+  for (const auto& w : all)
+    if (w.rfind(kNoDebug, 0) == 0) no_debug.push_back(w.substr(kNoDebug.size(), w.find(": ") - kNoDebug.size()));
+  const bool group = no_debug.size() >= kGroupFrom;
+  for (const auto& w : all)
+    if (!group || w.rfind(kNoDebug, 0) != 0) out += st.warn("  ! " + clean(w)) + "\n";
+  if (group) {
+    std::string names;
+    for (const auto& path : no_debug) names += (names.empty() ? "" : ", ") + detail::basename(path);
+    out += st.warn(fmt::format("  ! no debug info for {} modules, functions only (install their -dbgsym packages, "
+                               "or rebuild with -g; each is listed in the HTML report): {}",
+                               no_debug.size(), clean(names))) + "\n";
+  }
   return out;
 }
 

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -58,6 +59,21 @@ TEST(ReportSummary, Warnings) {
   // A process's message first, the debug-info lines (one per library) last.
   EXPECT_TRUE(has(w[0], "[pid 200 worker] preload: perf_event_open failed")) << w[0];
   EXPECT_TRUE(has(w[1], "no debug info for /lib/libfoo.so"));
+}
+
+// Many "no debug info" lines (one per library of a PyTorch stack) are one line of basenames in the
+// terminal; the other warnings stay as they are, first.
+TEST(ReportSummary, ManyNoDebugInfoWarningsAreOneLine) {
+  auto p = make_report_profile();
+  for (int i = 0; i < 5; ++i)
+    p.warnings.push_back(fmt::format("no debug info for /usr/lib/libm{}.so.1: functions only (install its -dbgsym package)", i));
+  std::string s = text_summary(p, {});
+  auto w = section(s, "Warnings (7)");
+  ASSERT_EQ(w.size(), 2u) << s;
+  EXPECT_TRUE(has(w[0], "[pid 200 worker] preload: perf_event_open failed")) << w[0];
+  EXPECT_TRUE(has(w[1], "no debug info for 6 modules, functions only")) << w[1];
+  EXPECT_TRUE(has(w[1], "libfoo.so, libm0.so.1, libm1.so.1, libm2.so.1, libm3.so.1, libm4.so.1")) << w[1];
+  EXPECT_FALSE(has(s, "/usr/lib/libm0.so.1")) << s;
 }
 
 TEST(ReportSummary, TopFunctionsWithPercentages) {
