@@ -26,6 +26,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "profile/warnings.h"
+
 namespace mlprof::collector {
 namespace {
 
@@ -316,7 +318,7 @@ void Symbolizer::Impl::open(FileState& f) {
   f.have_dwarf = dwfl_module_getdwarf(mod, &dwarf_bias) != nullptr;
   if (!f.have_dwarf) {
     bool system = f.path.starts_with("/usr/") || f.path.starts_with("/lib");
-    warn("no debug info for " + f.path + ": functions only (" +
+    warn(std::string(profile::kNoDebugInfoPrefix) + f.path + ": functions only (" +
          (system ? "install its -dbgsym package" : "rebuild it with -g") + ")");
   }
 }

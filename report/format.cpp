@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "profile/warnings.h"
+
 namespace mlprof::report::detail {
 
 using profile::EndReason;
@@ -272,8 +274,7 @@ std::vector<std::string> all_warnings(const Profile& prof) {
   // One "no debug info" line per library of a Python or PyTorch stack (20 and more) would push
   // the warnings that change what the profile means (a process's degraded Python or GPU support,
   // dropped samples) below the report's fold: those come first, in their order.
-  std::stable_partition(out.begin(), out.end(),
-                        [](const std::string& w) { return w.rfind("no debug info for ", 0) != 0; });
+  std::stable_partition(out.begin(), out.end(), [](const std::string& w) { return !profile::is_no_debug_info_warning(w); });
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <set>
 
+#include "profile/warnings.h"
 #include "report/serving_summary.h"
 #include "report/format.h"
 #include "report/gpu_summary.h"
@@ -124,13 +125,13 @@ std::string warnings(const Profile& prof, const Style& st) {
   // lines for a PyTorch or scikit-learn run. From kGroupFrom on they are one line of basenames;
   // the HTML report and `mlprof export --format json` keep each.
   constexpr size_t kGroupFrom = 4;
-  constexpr std::string_view kNoDebug = "no debug info for ";
+  const size_t prefix = profile::kNoDebugInfoPrefix.size();
   std::vector<std::string> no_debug;
   for (const auto& w : all)
-    if (w.rfind(kNoDebug, 0) == 0) no_debug.push_back(w.substr(kNoDebug.size(), w.find(": ") - kNoDebug.size()));
+    if (profile::is_no_debug_info_warning(w)) no_debug.push_back(w.substr(prefix, w.find(": ") - prefix));
   const bool group = no_debug.size() >= kGroupFrom;
   for (const auto& w : all)
-    if (!group || w.rfind(kNoDebug, 0) != 0) out += st.warn("  ! " + clean(w)) + "\n";
+    if (!group || !profile::is_no_debug_info_warning(w)) out += st.warn("  ! " + clean(w)) + "\n";
   if (group) {
     std::string names;
     for (const auto& path : no_debug) names += (names.empty() ? "" : ", ") + detail::basename(path);
