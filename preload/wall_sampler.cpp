@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/wire_format.h"
 #include "preload/sampler.h"
 #include "preload/unwinder.h"
@@ -50,12 +51,6 @@ int64_t thread_cpu_ns(uint32_t tid) {
   const clockid_t clk = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
   struct timespec ts;
   if (clock_gettime(clk, &ts) != 0) return -1;
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-int64_t monotonic_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
@@ -212,7 +207,7 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   const int64_t cpu = thread_cpu_ns(s->tid);
   // When the counters are read: `now` is the cycle's, and the writer may have waited for a core
   // since (a running thread's CPU time would then look short of the elapsed time).
-  const int64_t read_ns = monotonic_ns();
+  const int64_t read_ns = clock_ns();
   const uint64_t gen = sink.stack_generation();
   const uint64_t id = w.stack_id;
   const bool was_blocked = w.pc != 0 && id != 0 && w.stack_gen == gen;
@@ -287,7 +282,6 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   } else if (was_blocked && w.pending != 0) {
     settle(s, id, now, false, 0, 0, 0, sink);  // what is held, as counted
   }
-  w.cpu_ns = cpu;
   ++unwinds;
   uint64_t pcs[kMaxFrames];
   python::RawPyFrame py[kMaxPyFrames];
@@ -304,6 +298,7 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   w.stack_gen = gen;
   w.pc = st.pc;
   w.sp = st.sp;
+  w.cpu_ns = cpu;
   w.delay_ns = delay;
   w.counters_ns = read_ns;
   w.block_start_ns = now;
