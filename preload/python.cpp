@@ -290,6 +290,41 @@ void forget_code(uint64_t addr) {
 }
 
 namespace {
+constexpr uint32_t kNamedBits = 14;  // 16,384 keys, 128 KiB: a PyTorch import has ~60,000 code objects,
+constexpr uint32_t kNamedProbes = 16;  // but a program samples a few thousand of them
+std::atomic<uint64_t> g_named[1u << kNamedBits];
+
+uint64_t named_key(uint64_t code, uint32_t fp) { return fmix64(fmix64(code) ^ fp) | 1; }  // signal-safe
+}  // namespace
+
+void note_code_named(uint64_t code, uint32_t fp) {
+  const uint64_t key = named_key(code, fp);
+  for (uint32_t i = 0; i < kNamedProbes; ++i) {
+    std::atomic<uint64_t>& slot = g_named[((key >> (64 - kNamedBits)) + i) & ((1u << kNamedBits) - 1)];
+    const uint64_t v = slot.load(std::memory_order_relaxed);
+    if (v == key) return;
+    if (v == 0) {
+      slot.store(key, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+void forget_named_codes() {
+  for (auto& slot : g_named) slot.store(0, std::memory_order_relaxed);
+}
+
+bool code_was_named(uint64_t code, uint32_t fp) {  // signal-safe
+  const uint64_t key = named_key(code, fp);
+  for (uint32_t i = 0; i < kNamedProbes; ++i) {
+    const uint64_t v = g_named[((key >> (64 - kNamedBits)) + i) & ((1u << kNamedBits) - 1)].load(std::memory_order_relaxed);
+    if (v == key) return true;
+    if (v == 0) return false;
+  }
+  return false;
+}
+
+namespace {
 
 // signal-safe. Records fp as the fingerprint last sampled at addr; true when it differs from the
 // one recorded before: another code object now lives at a freed one's address (pymalloc reuses
@@ -855,6 +890,14 @@ int walk_tstate(pid_t pid, const State& s, uint64_t tstate, RawPyFrame* out, int
   for (int i = 0; i < n; ++i) {
     const uint32_t fp = frame_fingerprint(out[i]);
     if (fp != 0 && code_cache_fp_changed(out[i].code, fp)) new_code = true;
+  }
+  // A cache miss is new to the writer only when the writer has not named that code object yet.
+  if (new_code) {
+    new_code = false;
+    for (int i = 0; i < n && !new_code; ++i) {
+      const uint32_t fp = frame_fingerprint(out[i]);
+      new_code = fp == 0 || !code_was_named(out[i].code, fp);
+    }
   }
   if (failed) flags |= kSampleWalkFailed;
   if (new_code) flags |= kSampleNewCode;

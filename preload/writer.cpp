@@ -406,6 +406,7 @@ uint64_t Writer::code_id(uint64_t code, uint32_t fp) {
   if (it != codes_.end() && identity == 0) return it->second.id;
   const uint64_t id = next_code_id_++;
   codes_[code] = CodeEntry{id, identity};
+  if (identity != 0) python::note_code_named(code, python::fingerprint24(identity));
   python::CodeInfo info;
   if (!python::read_code(code, &info)) {
     info = python::CodeInfo{};
@@ -705,6 +706,7 @@ void Writer::reset_stream_state() {
   stacks_.clear();
   ++stack_gen_;
   next_stack_id_ = 1;
+  python::forget_named_codes();
   codes_.clear();
   next_code_id_ = 1;
   freed_code_id_ = 0;

@@ -75,6 +75,33 @@ TEST(Python, FingerprintsTellNamesApartInTheSameFile) {
   EXPECT_LE(same, 3) << "of " << 3 * kPairs << " pairs (24 bits: ~0.004 expected by chance)";
 }
 
+// The writer's table of named code objects, read by the walker to decide whether a cache miss
+// needs the writer at once: a key is found under its own fingerprint only, a full probe run
+// leaves a key out (found: never wrongly), and a new stream forgets them all.
+TEST(Python, NamedCodeTable) {
+  forget_named_codes();
+  const uint64_t base = 0x7f0000100000;
+  for (uint64_t i = 0; i < 1000; ++i) note_code_named(base + 64 * i, static_cast<uint32_t>(i * 7919) & 0xffffff);
+  for (uint64_t i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(code_was_named(base + 64 * i, static_cast<uint32_t>(i * 7919) & 0xffffff)) << i;
+    ASSERT_FALSE(code_was_named(base + 64 * i, (static_cast<uint32_t>(i * 7919) + 1) & 0xffffff)) << i;
+  }
+  EXPECT_FALSE(code_was_named(base + 64 * 1000, 1));
+  note_code_named(base, 0);  // naming twice adds nothing
+  note_code_named(base, 0);
+  EXPECT_TRUE(code_was_named(base, 0));
+  // Filled far past its 16,384 slots: whatever was kept is found, the rest is not, nothing else is.
+  size_t kept = 0;
+  for (uint64_t i = 0; i < 40000; ++i) note_code_named(0x7e0000000000 + 16 * i, 5);
+  for (uint64_t i = 0; i < 40000; ++i) kept += code_was_named(0x7e0000000000 + 16 * i, 5);
+  EXPECT_GT(kept, 10000u);
+  EXPECT_LT(kept, 16384u);
+  EXPECT_FALSE(code_was_named(0x7e0000000000 + 16 * 40000, 5));
+  forget_named_codes();
+  EXPECT_FALSE(code_was_named(base, 0));
+  EXPECT_FALSE(code_was_named(0x7e0000000000, 5));
+}
+
 TEST(Python, NoInterpreterInThisProcess) {
   const Interpreter& in = detect();
   EXPECT_FALSE(in.present);
