@@ -290,21 +290,28 @@ void forget_code(uint64_t addr) {
 }
 
 namespace {
-constexpr uint32_t kNamedBits = 14;  // 16,384 keys, 128 KiB: a PyTorch import has ~60,000 code objects,
-constexpr uint32_t kNamedProbes = 16;  // but a program samples a few thousand of them
+constexpr uint32_t kNamedBits = 14;  // 16,384 addresses, 128 KiB: a PyTorch import has ~60,000 code
+constexpr uint32_t kNamedProbes = 16;  // objects, but a program samples a few thousand of them
+constexpr uint64_t kFpMask = 0xffffff;
+// A slot holds one address: 39 bits of its hash with bit 63 set (never 0: 0 is an empty slot),
+// and in the low 24 bits the fingerprint of the code object the writer last named there. Naming
+// another code object at the same address replaces it: the one named before is no longer found.
 std::atomic<uint64_t> g_named[1u << kNamedBits];
 
-uint64_t named_key(uint64_t code, uint32_t fp) { return fmix64(fmix64(code) ^ fp) | 1; }  // signal-safe
+inline uint64_t named_hash(uint64_t code) { return fmix64(code); }  // signal-safe
+inline uint64_t named_tag(uint64_t h) { return (h | (1ULL << 63)) & ~kFpMask; }  // signal-safe
+inline std::atomic<uint64_t>& named_slot(uint64_t h, uint32_t i) {  // signal-safe
+  return g_named[((h >> (64 - kNamedBits)) + i) & ((1u << kNamedBits) - 1)];
+}
 }  // namespace
 
 void note_code_named(uint64_t code, uint32_t fp) {
-  const uint64_t key = named_key(code, fp);
+  const uint64_t h = named_hash(code), tag = named_tag(h);
   for (uint32_t i = 0; i < kNamedProbes; ++i) {
-    std::atomic<uint64_t>& slot = g_named[((key >> (64 - kNamedBits)) + i) & ((1u << kNamedBits) - 1)];
+    std::atomic<uint64_t>& slot = named_slot(h, i);
     const uint64_t v = slot.load(std::memory_order_relaxed);
-    if (v == key) return;
-    if (v == 0) {
-      slot.store(key, std::memory_order_relaxed);
+    if (v == 0 || (v & ~kFpMask) == tag) {
+      slot.store(tag | (fp & kFpMask), std::memory_order_relaxed);
       return;
     }
   }
@@ -315,11 +322,11 @@ void forget_named_codes() {
 }
 
 bool code_was_named(uint64_t code, uint32_t fp) {  // signal-safe
-  const uint64_t key = named_key(code, fp);
+  const uint64_t h = named_hash(code), tag = named_tag(h);
   for (uint32_t i = 0; i < kNamedProbes; ++i) {
-    const uint64_t v = g_named[((key >> (64 - kNamedBits)) + i) & ((1u << kNamedBits) - 1)].load(std::memory_order_relaxed);
-    if (v == key) return true;
+    const uint64_t v = named_slot(h, i).load(std::memory_order_relaxed);
     if (v == 0) return false;
+    if ((v & ~kFpMask) == tag) return (v & kFpMask) == fp;
   }
   return false;
 }

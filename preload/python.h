@@ -110,7 +110,8 @@ void forget_code(uint64_t addr);
 // nearly every sample (the example HTTP service: 87 writer cycles a second instead of ~26, each a
 // wake-up of a thread in the profiled process). Writer thread: note_code_named (a full probe run
 // leaves the key out: such a code object wakes the writer as before), forget_named_codes (a new
-// stream). code_was_named: signal-safe.
+// stream). One entry per address: naming another code object there replaces the one named
+// before. code_was_named: signal-safe.
 void note_code_named(uint64_t code, uint32_t fp);
 void forget_named_codes();
 bool code_was_named(uint64_t code, uint32_t fp);

@@ -241,9 +241,9 @@ TEST(Behaviour, HotCodeObjectsDoNotKeepWakingTheWriter) {
     EXPECT_GE(counter_sum(prof.profile, "python_codes"), 400);  // most of them sampled
   }
   ASSERT_GT(seconds[1] - seconds[0], 3.5);
-  // Every ~40 ms while the rings stay nearly empty: ~26 a second (100 while a ring fills, when
-  // the writer was held off the CPU for 100 ms or more).
-  EXPECT_LT((cycles[1] - cycles[0]) / (seconds[1] - seconds[0]), 80)
+  // Every ~40 ms while the rings stay nearly empty: ~26 a second (every 10 ms for a while after
+  // a ring filled, when the writer was held off the CPU for 100 ms or more on a busy machine).
+  EXPECT_LT((cycles[1] - cycles[0]) / (seconds[1] - seconds[0]), 100)
       << cycles[0] << " cycles in " << seconds[0] << " s, " << cycles[1] << " in " << seconds[1] << " s";
 }
 

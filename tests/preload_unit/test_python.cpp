@@ -76,8 +76,10 @@ TEST(Python, FingerprintsTellNamesApartInTheSameFile) {
 }
 
 // The writer's table of named code objects, read by the walker to decide whether a cache miss
-// needs the writer at once: a key is found under its own fingerprint only, a full probe run
-// leaves a key out (found: never wrongly), and a new stream forgets them all.
+// needs the writer at once: an address is found under the fingerprint last named there only
+// (a code object freed, another named at its address, then a third with the first one's
+// fingerprint must wake the writer), a full probe run leaves an address out, and a new stream
+// forgets them all.
 TEST(Python, NamedCodeTable) {
   forget_named_codes();
   const uint64_t base = 0x7f0000100000;
@@ -87,9 +89,15 @@ TEST(Python, NamedCodeTable) {
     ASSERT_FALSE(code_was_named(base + 64 * i, (static_cast<uint32_t>(i * 7919) + 1) & 0xffffff)) << i;
   }
   EXPECT_FALSE(code_was_named(base + 64 * 1000, 1));
-  note_code_named(base, 0);  // naming twice adds nothing
-  note_code_named(base, 0);
-  EXPECT_TRUE(code_was_named(base, 0));
+  const uint32_t fp0 = 0, fp1 = 7919;
+  note_code_named(base, fp1);  // another code object named at base's address
+  EXPECT_TRUE(code_was_named(base, fp1));
+  EXPECT_FALSE(code_was_named(base, fp0));
+  note_code_named(base, fp0);
+  note_code_named(base, fp0);  // naming twice adds nothing
+  EXPECT_TRUE(code_was_named(base, fp0));
+  EXPECT_FALSE(code_was_named(base, fp1));
+  EXPECT_TRUE(code_was_named(base + 64, 7919));  // its neighbours keep theirs
   // Filled far past its 16,384 slots: whatever was kept is found, the rest is not, nothing else is.
   size_t kept = 0;
   for (uint64_t i = 0; i < 40000; ++i) note_code_named(0x7e0000000000 + 16 * i, 5);
@@ -98,7 +106,7 @@ TEST(Python, NamedCodeTable) {
   EXPECT_LT(kept, 16384u);
   EXPECT_FALSE(code_was_named(0x7e0000000000 + 16 * 40000, 5));
   forget_named_codes();
-  EXPECT_FALSE(code_was_named(base, 0));
+  EXPECT_FALSE(code_was_named(base, fp0));
   EXPECT_FALSE(code_was_named(0x7e0000000000, 5));
 }
 
