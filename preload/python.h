@@ -103,15 +103,15 @@ void track_code_frees();
 void check_code_frees();
 void forget_code(uint64_t addr);
 
-// The code objects the writer has named (its code table), as (address, fingerprint24) keys in a
-// fixed table a signal handler can read. A walk that met a code object its cache did not hold
-// wakes the writer, to read it while it lives, only when some frame's code object is not in this
-// table: two hot code objects sharing a slot of the walker's cache otherwise woke the writer at
-// nearly every sample (the example HTTP service: 87 writer cycles a second instead of ~26, each a
-// wake-up of a thread in the profiled process). Writer thread: note_code_named (a full probe run
-// leaves the key out: such a code object wakes the writer as before), forget_named_codes (a new
-// stream). One entry per address: naming another code object there replaces the one named
-// before. code_was_named: signal-safe.
+// The code objects the writer has named (its code table) in a fixed table a signal handler can
+// read: one entry per address, holding the fingerprint24 of the code object last named there
+// (naming another one at that address replaces it). A walk that met a code object its cache did
+// not hold wakes the writer, to read it while it lives, only when some frame's (address,
+// fingerprint) is not in this table: two hot code objects sharing a slot of the walker's cache
+// otherwise woke the writer at nearly every sample (the example HTTP service: 87 writer cycles a
+// second instead of ~26, each a wake-up of a thread in the profiled process). Writer thread:
+// note_code_named (a full probe run leaves the address out: its code objects wake the writer as
+// before), forget_named_codes (a new stream). code_was_named: signal-safe.
 void note_code_named(uint64_t code, uint32_t fp);
 void forget_named_codes();
 bool code_was_named(uint64_t code, uint32_t fp);
