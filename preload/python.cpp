@@ -953,15 +953,16 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx, uint6
     errno = saved_errno;
     return 0;
   }
-  // A signal handler's walk may interrupt a hook's: it empties the hook's t_own_stack (a handler
-  // on an alternate stack is not above the walk) and puts it back when done. The walk must run on
-  // the stack the bounds describe (not on a fiber's stack elsewhere): then all of [here, hi) is
-  // mapped.
+  // A signal handler's walk may interrupt a hook's: it puts the hook's t_own_stack back when done.
+  // A hook's walk must run on the stack the bounds describe (not on a fiber's stack elsewhere):
+  // then all of [here, hi) is mapped. A signal handler's caller passes the interrupted code's
+  // live stack (its stack pointer up to the top), whatever stack the handler runs on.
   const OwnStack saved_own = t_own_stack;
   const uint64_t here = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
-  const bool own = here >= own_stack_lo && here < own_stack_hi &&
-                   (ctx == WalkContext::kHook || ctx == WalkContext::kOwnCall);
-  t_own_stack = own ? OwnStack{here, own_stack_hi} : OwnStack{};
+  if (ctx == WalkContext::kSignal)
+    t_own_stack = own_stack_lo < own_stack_hi ? OwnStack{own_stack_lo, own_stack_hi} : OwnStack{};
+  else
+    t_own_stack = here >= own_stack_lo && here < own_stack_hi ? OwnStack{here, own_stack_hi} : OwnStack{};
   int n;
   switch (ctx) {
     case WalkContext::kPythonAllocator:
@@ -980,7 +981,12 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx, uint6
               : walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
       break;
     case WalkContext::kHook:
-      n = walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
+      // Plain copies when the thread holds the GIL: the state in which CPython's tracemalloc reads
+      // the same frames with plain loads from its raw-domain hook (PyMem_RawMalloc, which pymalloc
+      // and CPython's internals use; it takes the GIL there, a no-op for its holder), and that of
+      // any extension code holding the GIL, which may call malloc at will (python.h).
+      n = holds_gil(s, tstate) ? walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags)
+                               : walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
       break;
     default:
       n = walk_tstate<SignalBudget>(own_pid(), s, tstate, out, max, sample_flags);

@@ -95,8 +95,14 @@ void on_sample(int /*signo*/, siginfo_t* si, void* ucontext) {
   if (r.flags & wire::kStackUnwindStop) slot->unwind_stopped.fetch_add(1, std::memory_order_relaxed);
   if (in_syscall(pcs[0])) r.flags |= wire::kStackInSyscall;
 
+  // The interrupted code's live stack, from its stack pointer to the top, when that lies in the
+  // thread's stack: the walk copies what it needs from there (3.11/3.12: the eval loop's _PyCFrame)
+  // instead of reading it with a syscall. Empty on another stack (a fiber's, an altstack's).
+  const uint64_t sp = static_cast<uint64_t>(static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs[REG_RSP]);
+  const StackBounds live = sp >= slot->bounds.lo && sp < slot->bounds.hi ? StackBounds{sp, slot->bounds.hi} : StackBounds{};
   bool new_code = false;
-  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + r.nframes), &r.flags, &new_code);
+  const int npy = python_frames(reinterpret_cast<python::RawPyFrame*>(pcs + r.nframes), &r.flags, &new_code,
+                                python::WalkContext::kSignal, &live);
 
   hdr->t_ns = t_ns;
   hdr->weight = weight;

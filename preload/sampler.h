@@ -38,7 +38,8 @@ extern SamplerState g_sampler;
 // capture (signal handler, memory hooks, GPU callbacks) puts them right after its native pcs.
 // *new_code (when given) is set when a code object the walker had not seen is among the frames:
 // the caller then calls wake_writer() once its event is committed. ctx: python::WalkContext.
-// own_stack: python::walk's own_stack_lo/hi (hooks only: the calling thread's stack, or null).
+// own_stack: python::walk's own_stack_lo/hi (hooks: the calling thread's stack; the signal
+// handler: the interrupted code's live stack; or null).
 inline int python_frames(python::RawPyFrame* out, uint8_t* flags, bool* new_code = nullptr,
                          python::WalkContext ctx = python::WalkContext::kSignal, const StackBounds* own_stack = nullptr) {
   if (!g_sampler.python.load(std::memory_order_relaxed)) return 0;

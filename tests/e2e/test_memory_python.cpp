@@ -323,7 +323,9 @@ TEST_P(PythonMemory, ExtensionModuleInitialisationIsNotALeak) {
 // allocation: the program runs to its end with its own output, every marked line gets its bytes,
 // and the stacks hold the callers that the interpreter links there (the generator's consumer, the
 // awaiting coroutine, every level of the recursion, the code whose allocation set off the
-// collection).
+// collection). So do native allocations made with the GIL held (malloc's hook reads directly
+// then: PyMem_RawMalloc at the bottom of a recursion as deep), and every malloc CPython makes with
+// the GIL while the program runs (thread states, large objects, the collector's).
 TEST_P(PythonMemory, ExactModeReadsFramesInEveryInterpreterState) {
   const Interpreter& py = GetParam();
   const std::string script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/mem_states.py";
@@ -332,7 +334,7 @@ TEST_P(PythonMemory, ExactModeReadsFramesInEveryInterpreterState) {
   run_hooked({py.path, script, "200"}, {"--mem-interval", "1"}, {}, &r, &truth);
   if (HasFatalFailure()) return;
   const auto& p = r.profile;
-  for (const char* kind : {"gen", "coro", "deep", "exc", "comp", "thread", "del"}) {
+  for (const char* kind : {"gen", "coro", "deep", "exc", "comp", "thread", "del", "raw"}) {
     std::string marker = std::string("# ") + kind + "-LINE";
     for (auto& c : marker) c = static_cast<char>(toupper(c));
     const uint32_t line = marker_line(script, marker);
@@ -369,6 +371,9 @@ TEST_P(PythonMemory, ExactModeReadsFramesInEveryInterpreterState) {
   const int depth = truth["depth"];
   check_stacks("# DEEP-LINE", "every level of the recursion", [&](const profile::Stack& s) {
     return count_fn(s, "deep") == depth + 1 && count_fn(s, "main") == 1;
+  });
+  check_stacks("# RAW-LINE", "every level of the recursion, from malloc's hook", [&](const profile::Stack& s) {
+    return count_fn(s, "raw_deep") == depth + 1 && count_fn(s, "main") == 1;
   });
   check_stacks("# GEN-LINE", "the generator's consumer", [&](const profile::Stack& s) {
     return count_fn(s, "gen") == 1 && count_fn(s, "consume") == 1 && count_fn(s, "main") == 1;
