@@ -10,19 +10,26 @@
 # MLPROF_BENCH_RPS=R replays in open loop at R requests/s instead (--rps; CONCURRENCY is then
 # unused): the latency a service running below its capacity sees, where the throughput ratio is
 # ~1 by construction and the latency ratios are the figures to read.
+# MLPROF_BENCH_SERVICE_CPUS=LIST runs the service under `taskset -c LIST`, MLPROF_BENCH_LOAD_CPUS=LIST
+# mlprof-run (the load loop and the collector) under its own list: on a machine with cores to spare,
+# the service then has its CPUs to itself, as in a container with a CPU set, and the load loop and
+# the collector run beside it, as they would on another machine or core.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MLPROF_BUILD_DIR:-$root/build}/bin
 rounds=${1:-5} requests=${2:-3000} conc=${3:-2}
 port=${MLPROF_BENCH_PORT:-18090}
 if [ -n "${MLPROF_BENCH_RPS:-}" ]; then load=(--rps "$MLPROF_BENCH_RPS"); else load=(--concurrency "$conc"); fi
+svc_pin=() load_pin=()
+if [ -n "${MLPROF_BENCH_SERVICE_CPUS:-}" ]; then svc_pin=(taskset -c "$MLPROF_BENCH_SERVICE_CPUS"); fi
+if [ -n "${MLPROF_BENCH_LOAD_CPUS:-}" ]; then load_pin=(taskset -c "$MLPROF_BENCH_LOAD_CPUS"); fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 run() {  # $1 = label, rest = extra mlprof-run options; prints "label qps p50_ms p99_ms"
   local label=$1; shift
-  "${run_bin:-$bin}/mlprof-run" -q --no-html -o "$tmp/$label.mlprof" "$@" --requests "$root/examples/requests.txt" \
+  "${load_pin[@]}" "${run_bin:-$bin}/mlprof-run" -q --no-html -o "$tmp/$label.mlprof" "$@" --requests "$root/examples/requests.txt" \
     --url "http://127.0.0.1:$port/score" --max-requests "$requests" --warmup 100 "${load[@]}" -- \
-    "${MLPROF_BENCH_PYTHON:-/usr/bin/python3}" "$root/examples/serve_http.py" --port "$port" 2>/dev/null
+    "${svc_pin[@]}" "${MLPROF_BENCH_PYTHON:-/usr/bin/python3}" "$root/examples/serve_http.py" --port "$port" 2>/dev/null
   "$bin/mlprof" export "$tmp/$label.mlprof" --format json |
     python3 -c '
 import json, sys
