@@ -14,6 +14,11 @@
 # mlprof-run (the load loop and the collector) under its own list: on a machine with cores to spare,
 # the service then has its CPUs to itself, as in a container with a CPU set, and the load loop and
 # the collector run beside it, as they would on another machine or core.
+# MLPROF_BENCH_PARALLEL="SVC:LOAD SVC:LOAD ..." (one CPU list pair per configuration) runs a round's
+# configurations at the same time instead of one after the other, each service on its own CPUs
+# with its own load loop and port, the slots rotating from round to round: on a many-core host
+# whose speed drifts by tens of percent within minutes, every configuration of a round then sees
+# the same drift, which the per-round ratios cancel.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MLPROF_BUILD_DIR:-$root/build}/bin
@@ -47,20 +52,39 @@ print(sys.argv[1], s["measuredQueriesPerSecond"], s["latencyPercentile50InMs"], 
 # the build in $MLPROF_BUILD_DIR_B: an A/B of two builds in the same rounds).
 IFS=' ' read -r -a labels <<<"base full cpu ${MLPROF_BENCH_CONFIGS:-}"
 n=${#labels[@]}
+run_config() {  # $1 = label
+  case $1 in
+    base) run base --no-profile ;;
+    full) run full ;;
+    cpu) run cpu --no-memory ;;
+    nosamples) run nosamples --mem-interval 1099511627776 ;;
+    nocopy) MLPROF_COPY_INTERVAL=0 run nocopy ;;
+    512K) run 512K --mem-interval 512K ;;
+    full@b) run_bin=${MLPROF_BUILD_DIR_B:?"full@b needs MLPROF_BUILD_DIR_B"}/bin run full@b ;;
+    *) echo "serving_overhead.sh: unknown configuration '$1'" >&2; exit 2 ;;
+  esac
+}
+slots=()
+if [ -n "${MLPROF_BENCH_PARALLEL:-}" ]; then
+  IFS=' ' read -r -a slots <<<"$MLPROF_BENCH_PARALLEL"
+  for s in "${slots[@]}"; do
+    [[ $s == *:* ]] || { echo "serving_overhead.sh: MLPROF_BENCH_PARALLEL: '$s' is not SERVICE_CPUS:LOAD_CPUS" >&2; exit 2; }
+  done
+  ((${#slots[@]} >= n)) || { echo "serving_overhead.sh: MLPROF_BENCH_PARALLEL has ${#slots[@]} slots for $n configurations" >&2; exit 2; }
+fi
 for ((i = 0; i < rounds; i++)); do
-  for ((k = 0; k < n; k++)); do
-    l=${labels[$(((i + k) % n))]}
-    case $l in
-      base) run base --no-profile ;;
-      full) run full ;;
-      cpu) run cpu --no-memory ;;
-      nosamples) run nosamples --mem-interval 1099511627776 ;;
-      nocopy) MLPROF_COPY_INTERVAL=0 run nocopy ;;
-      512K) run 512K --mem-interval 512K ;;
-      full@b) run_bin=${MLPROF_BUILD_DIR_B:?"full@b needs MLPROF_BUILD_DIR_B"}/bin run full@b ;;
-      *) echo "serving_overhead.sh: unknown configuration '$l'" >&2; exit 2 ;;
-    esac
-  done | sort | tee -a "$tmp/runs.txt" | sed "s/^/round $i: /"
+  if ((${#slots[@]} > 0)); then
+    for ((k = 0; k < n; k++)); do
+      slot=${slots[$(((i + k) % n))]}
+      (port=$((port + k)) svc_pin=(taskset -c "${slot%%:*}") load_pin=(taskset -c "${slot#*:}")
+       run_config "${labels[$k]}" >"$tmp/slot.$k") &
+    done
+    wait
+    cat "$tmp"/slot.*
+    rm -f "$tmp"/slot.*
+  else
+    for ((k = 0; k < n; k++)); do run_config "${labels[$(((i + k) % n))]}"; done
+  fi | sort | tee -a "$tmp/runs.txt" | sed "s/^/round $i: /"
 done
 python3 - "$tmp/runs.txt" <<'PY'
 import collections, statistics, sys
