@@ -59,28 +59,29 @@ const Interpreter& detect();
 // Where a walk runs: in a signal handler (possibly on a small altstack: small read buffers), in
 // a hook on the thread's own stack (native memory hooks: ~7 KiB of buffers, a quarter of the
 // reads on deep stacks; plain copies while the thread holds the GIL, see walk()), in a library
-// call made from C code (kOwnCall: GPU callbacks), or in CPython's own allocator call (kPythonAllocator: the
-// MEM and OBJ domain wrappers, which CPython calls with the GIL held from code whose frame chain
-// is complete: the walk reads it directly, no syscall; see walk()).
+// call made from C code (kOwnCall: GPU callbacks), or in CPython's own allocator call
+// (kPythonAllocator: the MEM and OBJ domain wrappers, which CPython calls with the GIL held from
+// code whose frame chain is complete: the walk reads it directly, no syscall; see walk()).
 enum class WalkContext : uint8_t { kSignal, kHook, kPythonAllocator, kOwnCall };
 
 // signal-safe. Walks the calling thread's Python frames, innermost first, into out[0..max).
 // Returns the count; *sample_flags gets SampleFlags. In a signal handler, and in a hook or call
-// without the GIL, every read of interpreter memory is fault-tolerant (a bad pointer ends the walk
-// with kSampleWalkFailed, never a crash). In kPythonAllocator it is a plain copy: the frame chain, its code objects and the
-// thread state are what CPython's tracemalloc reads with plain loads from the very same calls
-// (its traceback_get_frames, 3.8-3.13), so they are live and consistent there; the values are
-// still checked as in the other contexts. Only for a sample taken inside a PyMem_/PyObject_
-// allocator call of the calling thread. kHook: plain copies when the thread holds the GIL (the
-// test below), else fault-tolerant: a native allocation with the GIL held is made either through
-// PyMem_RawMalloc, where CPython's tracemalloc takes the GIL (a no-op for its holder) and reads
-// the same frames with plain loads (its raw-domain hook, 3.8-3.13), or by C code holding the GIL,
-// which may as well call PyObject_Malloc there. kOwnCall: a callback inside a library call the calling
-// thread made from C code (a CUDA API call: gpu_cupti.cpp); plain copies as in kPythonAllocator
-// when the thread holds the GIL (checked with plain loads of the GIL holder: <= 3.11 the runtime's
-// tstate_current, 3.12+ the main interpreter's GIL), which makes the state the same as in any C
-// extension code that may allocate, where tracemalloc reads it; also on the interpreter's main
-// thread (_PyRuntime.main_thread) without the GIL (PyTorch releases it around each operator: its
+// without the GIL, every read of interpreter memory is fault-tolerant (a bad pointer ends the
+// walk with kSampleWalkFailed, never a crash). In kPythonAllocator it is a plain copy: the frame
+// chain, its code objects and the thread state are what CPython's tracemalloc reads with plain
+// loads from the very same calls (its traceback_get_frames, 3.8-3.13), so they are live and
+// consistent there; the values are still checked as in the other contexts. Only for a sample
+// taken inside a PyMem_/PyObject_ allocator call of the calling thread. kHook: plain copies when
+// the thread holds the GIL (the test below), else fault-tolerant: a native allocation with the
+// GIL held is made either through PyMem_RawMalloc, where CPython's tracemalloc takes the GIL (a
+// no-op for its holder) and reads the same frames with plain loads (its raw-domain hook,
+// 3.8-3.13), or by C code holding the GIL, which may as well call PyObject_Malloc there.
+// kOwnCall: a callback inside a library call the calling thread made from C code (a CUDA API
+// call: gpu_cupti.cpp); plain copies as in kPythonAllocator when the thread holds the GIL
+// (checked with plain loads of the GIL holder: <= 3.11 the runtime's tstate_current, 3.12+ the
+// main interpreter's GIL), which makes the state the same as in any C extension code that may
+// allocate, where tracemalloc reads it; also on the interpreter's main thread
+// (_PyRuntime.main_thread) without the GIL (PyTorch releases it around each operator: its
 // launches come that way), whose state shutdown never frees under it (shutdown runs there); else
 // fault-tolerant as a hook (another thread without the GIL may be a daemon thread whose state
 // interpreter shutdown frees).
@@ -88,9 +89,9 @@ enum class WalkContext : uint8_t { kSignal, kHook, kPythonAllocator, kOwnCall };
 // ThreadSlot's bounds), else 0, 0. What the walk reads between its own frame and the top (3.11/3.12
 // the _PyCFrame, 3.12+ the eval loop's C-stack entry frames) is then copied instead of read with a
 // syscall: those are its callers' live frames. kSignal: the interrupted code's live stack, from
-// its stack pointer to the top of the thread's stack (empty when the pointer lies elsewhere), copied
-// likewise. And a hook's walk guesses where the thread's
-// frames start from its previous walk, reading them with the thread state (python.cpp, WalkGuess).
+// its stack pointer to the top of the thread's stack (empty when the pointer lies elsewhere),
+// copied likewise. And a hook's walk guesses where the thread's frames start from its previous
+// walk, reading them with the thread state (python.cpp, WalkGuess).
 int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx = WalkContext::kSignal,
          uint64_t own_stack_lo = 0, uint64_t own_stack_hi = 0);
 
