@@ -52,6 +52,7 @@ void ServingSession::load_main() {
   if (ready_.ready) {
     // A resource point at ready, so the load's CPU peak starts there and not up to 100 ms
     // earlier, inside the start-up (model loading can use every core).
+    ready_seen_ = true;
     poll_now_ = true;
     for (int i = 0; i < 50 && poll_now_.load() && !stop_poll_.load(); ++i) usleep(1000);
     LoadConfig c;
@@ -76,18 +77,26 @@ void ServingSession::load_main() {
 // The thread-pool variables come from each service process's own environment (/proc/PID/environ:
 // as it was at the process's last exec, so `-- env OMP_NUM_THREADS=4 python3 serve.py` counts),
 // read at every poll (a process may exec again) and merged over the processes that used CPU
-// (10 ms or more since first seen): a shell that exported other values before starting the
-// server without exec waits idle and does not count. Over every process when none did.
+// (10 ms or more since the service answered, or since first seen before that): a shell that
+// exported other values before starting the server without exec waits idle and does not count,
+// whatever its own start-up cost. Over every process when none did.
 void ServingSession::poll_main(pid_t ancestor) {
   TreePoller poller(ancestor);
   std::map<pid_t, std::map<std::string, std::string>> env_of;
   std::map<pid_t, int64_t> first_cpu;
   std::set<pid_t> busy;
+  bool rebased = false;  // first_cpu taken again once the service answered
   auto take = [&] {
     auto pt = poller.poll(clock_ns());
+    const bool rebase = !rebased && ready_seen_.load();
+    if (rebase) {
+      rebased = true;
+      busy.clear();  // start-up work (loading, a shell's own start) is not serving
+    }
     for (const auto& [pid, cpu] : poller.cpu_by_pid()) {
       auto [it, fresh] = first_cpu.emplace(pid, cpu);
-      if (!fresh && cpu - it->second >= 10000000) busy.insert(pid);
+      if (rebase) it->second = cpu;
+      else if (!fresh && cpu - it->second >= 10000000) busy.insert(pid);
       std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
       std::string block((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
       if (!f.bad() && !block.empty()) env_of[pid] = thread_pool_env_block(block);

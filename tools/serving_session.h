@@ -51,6 +51,7 @@ class ServingSession {
   collector::MemWindow window_;
   std::atomic<bool> stop_{false}, stop_poll_{false}, done_{false}, interrupted_{false};
   std::atomic<bool> poll_now_{false};  // the load thread asks for a resource point (at ready)
+  std::atomic<bool> ready_seen_{false};  // the service answered: the poller counts busy CPU from here
   std::atomic<bool> exited_{false};
   std::atomic<int> exit_code_{0};
   std::atomic<int64_t> exited_ns_{0};
