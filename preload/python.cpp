@@ -968,26 +968,24 @@ int walk(RawPyFrame* out, int max, uint8_t* sample_flags, WalkContext ctx, uint6
     case WalkContext::kPythonAllocator:
       n = walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags);
       break;
-    case WalkContext::kOwnCall:
-      // Plain copies when the thread holds the GIL, or is the interpreter's main thread (the one
-      // that initialised it): interpreter shutdown frees the states (and data stacks) of the
-      // threads it did not join, daemon threads and threads started from C, which may still be
-      // inside a library call with the GIL released; it runs on the main thread, whose own state
-      // it never frees while that thread can still be inside a call (a walk after shutdown began
-      // stops at the is_initialized check above). An embedding program that starts Python on a
-      // worker thread makes that worker the main thread, not the process's first thread.
-      n = holds_gil(s, tstate) || on_python_main_thread(s)
-              ? walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags)
-              : walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
-      break;
     case WalkContext::kHook:
+    case WalkContext::kOwnCall: {
       // Plain copies when the thread holds the GIL: the state in which CPython's tracemalloc reads
       // the same frames with plain loads from its raw-domain hook (PyMem_RawMalloc, which pymalloc
       // and CPython's internals use; it takes the GIL there, a no-op for its holder), and that of
       // any extension code holding the GIL, which may call malloc at will (python.h).
-      n = holds_gil(s, tstate) ? walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags)
-                               : walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
+      // A call from C code (kOwnCall, GPU callbacks) also on the interpreter's main thread (the one
+      // that initialised it) without the GIL: interpreter shutdown frees the states (and data
+      // stacks) of the threads it did not join, daemon threads and threads started from C, which
+      // may still be inside a library call with the GIL released; it runs on the main thread, whose
+      // own state it never frees while that thread can still be inside a call (a walk after
+      // shutdown began stops at the is_initialized check above). An embedding program that starts
+      // Python on a worker thread makes that worker the main thread, not the process's first thread.
+      const bool direct = holds_gil(s, tstate) || (ctx == WalkContext::kOwnCall && on_python_main_thread(s));
+      n = direct ? walk_tstate<PythonAllocatorBudget>(kDirectReads, s, tstate, out, max, sample_flags)
+                 : walk_tstate<HookBudget>(own_pid(), s, tstate, out, max, sample_flags);
       break;
+    }
     default:
       n = walk_tstate<SignalBudget>(own_pid(), s, tstate, out, max, sample_flags);
       break;
