@@ -50,7 +50,11 @@ print(sys.argv[1], s["measuredQueriesPerSecond"], s["latencyPercentile50InMs"], 
 # MLPROF_BENCH_CONFIGS adds configurations to the three: nosamples (memory on, interval 2^40: the
 # allocator wrappers without samples), nocopy (copies not sampled), 512K, full@b (the defaults with
 # the build in $MLPROF_BUILD_DIR_B: an A/B of two builds in the same rounds).
-IFS=' ' read -r -a labels <<<"base full cpu ${MLPROF_BENCH_CONFIGS:-}"
+# MLPROF_BENCH_ONLY="base full ..." replaces the list (it must hold base, which the ratios divide by):
+# with MLPROF_BENCH_PARALLEL="0:0 1:1" on a 2-core machine, two configurations side by side, each
+# confined to one core with its own load loop and collector.
+IFS=' ' read -r -a labels <<<"${MLPROF_BENCH_ONLY:-base full cpu ${MLPROF_BENCH_CONFIGS:-}}"
+[[ " ${labels[*]} " == *" base "* ]] || { echo "serving_overhead.sh: MLPROF_BENCH_ONLY must include base" >&2; exit 2; }
 n=${#labels[@]}
 run_config() {  # $1 = label
   case $1 in
@@ -60,6 +64,7 @@ run_config() {  # $1 = label
     nosamples) run nosamples --mem-interval 1099511627776 ;;
     nocopy) MLPROF_COPY_INTERVAL=0 run nocopy ;;
     512K) run 512K --mem-interval 512K ;;
+    rate1) run rate1 --no-memory --rate 1 ;;
     full@b) run_bin=${MLPROF_BUILD_DIR_B:?"full@b needs MLPROF_BUILD_DIR_B"}/bin run full@b ;;
     *) echo "serving_overhead.sh: unknown configuration '$1'" >&2; exit 2 ;;
   esac
@@ -98,11 +103,13 @@ print(f"median without mlprof: {med(r[0] for r in by['base']):.1f} req/s, p50 {m
       f"p99 {med(r[2] for r in by['base']):.2f} ms, service CPU {med(r[3] for r in by['base']):.3f} ms/request")
 names = {"full": "mlprof (CPU + memory)", "full@b": "mlprof (CPU + memory), build B", "cpu": "mlprof --no-memory",
          "nosamples": "mlprof, interval 2^40",
-         "nocopy": "mlprof, copies not sampled", "512K": "mlprof --mem-interval 512K"}
+         "nocopy": "mlprof, copies not sampled", "512K": "mlprof --mem-interval 512K",
+         "rate1": "mlprof --no-memory --rate 1"}
 for label in [l for l in names if l in by]:
     name = names[label]
     q, p50, p99, c = ratios(label, 0), ratios(label, 1), ratios(label, 2), ratios(label, 3)
-    print(f"{name}: throughput ratio {med(q):.3f} ({min(q):.3f}-{max(q):.3f}, target >= 0.97), "
+    se = statistics.stdev(q) / len(q) ** 0.5 if len(q) > 1 else float("nan")
+    print(f"{name}: throughput ratio {med(q):.3f} ({min(q):.3f}-{max(q):.3f}, mean {statistics.mean(q):.3f} +- {se:.3f}, target >= 0.97), "
           f"p50 ratio {med(p50):.3f}, p99 ratio {med(p99):.3f} ({min(p99):.3f}-{max(p99):.3f}, target <= 1.05), "
           f"service CPU per request ratio {med(c):.3f} ({min(c):.3f}-{max(c):.3f})")
 PY

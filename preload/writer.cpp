@@ -28,8 +28,11 @@ constexpr int kCycleMs = 10;           // ring drain interval while there is wor
 // CPU mode, when the rings were nearly empty: the interval doubles up to this. 100 wake-ups a
 // second of a thread that finds one sample to send cost the example HTTP service ~1.9% of its CPU
 // (mostly the kernel's wake-up path), and on a VM whose vCPUs slow each other down, the profiled
-// program pays for them too (docs/benchmarks.md, *Noise on this machine*).
-constexpr int kIdleCycleMs = 40;
+// program pays for them too (docs/benchmarks.md, *Noise on this machine*). 80 ms, the spacing of
+// the memory timeline's records (kUsageNs), so that with memory profiling on an idle cycle and a
+// timeline record are one wake-up (~12 a second, not ~25 with one every 40 ms and the record
+// every other one). A thread sampled at 100 Hz fills ~1/10 of its 64 KiB sample ring in 80 ms.
+constexpr int kIdleCycleMs = 80;
 constexpr double kBusyFill = 1.0 / 8;   // a ring this full at a cycle: back to kCycleMs
 constexpr double kIdleFill = 1.0 / 32;  // every ring below this: the interval may double
 // Cycles stay at kCycleMs this long after the start and after a module change: a library's
@@ -98,7 +101,7 @@ void wake_writer() {
 }
 
 // Until the next cycle is due: timeout_ms, or wake_writer() (a new Python code object, or
-// finish(): an exiting program must not wait out the cycle, up to 40 ms, before its writer ends).
+// finish(): an exiting program must not wait out the cycle, up to 80 ms, before its writer ends).
 // Returns the collector's command byte, or -1.
 int Writer::wait(int timeout_ms) {
   // A futex cannot wait for the socket too: commands are looked at before and after, and the
@@ -227,7 +230,7 @@ void Writer::loop() {
 
 bool Writer::wall_mode() const { return cfg_.mode == ProfileMode::kWall; }
 
-// CPU mode: the interval adapt_cycle chose (10-40 ms). Wall mode: one cycle per wall period, on a fixed schedule (a late
+// CPU mode: the interval adapt_cycle chose (10-80 ms). Wall mode: one cycle per wall period, on a fixed schedule (a late
 // cycle does not shift the next ones; the samples' weights count the periods that really passed).
 int Writer::cycle_timeout_ms() {
   if (!wall_mode()) return cycle_ms_;
@@ -607,7 +610,7 @@ void Writer::refresh_tables() {
 // CPU mode: kCycleMs while a ring was at least kBusyFill full, in the first second and a second
 // after a module change, in exact memory mode and with GPU profiling on; doubling up to
 // kIdleCycleMs while every ring stays below kIdleFill. The rings hold 64 KiB (samples) and
-// 256 KiB (memory events) a thread: at 1/32 full after 40 ms they would fill in over a second.
+// 256 KiB (memory events) a thread: at 1/32 full after 80 ms they would fill in over 2.5 seconds.
 void Writer::adapt_cycle(int64_t now, double fill) {
   if (cfi_refresh_due_ || modules_changed_ns_ == 0) modules_changed_ns_ = now;
   const bool busy = fill >= kBusyFill || now - modules_changed_ns_ < kBusyAfterChangeNs ||
