@@ -111,5 +111,6 @@ for label in [l for l in names if l in by]:
     se = statistics.stdev(q) / len(q) ** 0.5 if len(q) > 1 else float("nan")
     print(f"{name}: throughput ratio {med(q):.3f} ({min(q):.3f}-{max(q):.3f}, mean {statistics.mean(q):.3f} +- {se:.3f}, target >= 0.97), "
           f"p50 ratio {med(p50):.3f}, p99 ratio {med(p99):.3f} ({min(p99):.3f}-{max(p99):.3f}, target <= 1.05), "
-          f"service CPU per request ratio {med(c):.3f} ({min(c):.3f}-{max(c):.3f})")
+          f"service CPU per request ratio {med(c):.3f} ({min(c):.3f}-{max(c):.3f}, mean {statistics.mean(c):.3f} +- "
+          f"{statistics.stdev(c) / len(c) ** 0.5 if len(c) > 1 else float('nan'):.3f})")
 PY
