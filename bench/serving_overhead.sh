@@ -50,9 +50,11 @@ print(sys.argv[1], s["measuredQueriesPerSecond"], s["latencyPercentile50InMs"], 
 # MLPROF_BENCH_CONFIGS adds configurations to the three: nosamples (memory on, interval 2^40: the
 # allocator wrappers without samples), nocopy (copies not sampled), 512K, full@b (the defaults with
 # the build in $MLPROF_BUILD_DIR_B: an A/B of two builds in the same rounds).
-# MLPROF_BENCH_ONLY="base full ..." replaces the list (it must hold base, which the ratios divide by):
-# with MLPROF_BENCH_PARALLEL="0:0 1:1" on a 2-core machine, two configurations side by side, each
-# confined to one core with its own load loop and collector.
+# MLPROF_BENCH_ONLY="base full ..." replaces the list (it must hold base, which the ratios divide by).
+# With MLPROF_BENCH_PARALLEL="1:1 1:1" on a 2-core machine two configurations share one core at the
+# same time, each with its own load loop and collector: both see the machine's state of the moment,
+# and the service CPU per request ratio is then the low-noise figure (their throughputs pull
+# towards each other: they share the core, and the last to finish runs its tail alone).
 IFS=' ' read -r -a labels <<<"${MLPROF_BENCH_ONLY:-base full cpu ${MLPROF_BENCH_CONFIGS:-}}"
 [[ " ${labels[*]} " == *" base "* ]] || { echo "serving_overhead.sh: MLPROF_BENCH_ONLY must include base" >&2; exit 2; }
 n=${#labels[@]}
