@@ -51,10 +51,11 @@ void FallbackRing::reset_in_child() {
 }
 
 bool map_thread_ring(ThreadSlot* slot, uint32_t bytes) {
-  uint8_t* mem = sys_map(bytes);
+  uint8_t* mem = sys_map(bytes + ThreadSlot::kMemoMapBytes);  // the ring, then the stack memo
   if (!mem) return false;
   slot->mem_ring_mem = mem;
   slot->mem_ring_bytes = bytes;
+  slot->memo = reinterpret_cast<UnwindMemo*>(mem + bytes);  // zeroed: empty
   slot->mem_ring.init(mem, bytes);
   slot->mem_ring_ready.store(true, std::memory_order_release);  // the writer may drain it now
   return true;

@@ -84,7 +84,7 @@ void capture_stack(RawMemEvent* ev, uint64_t caller, bool* new_code, python::Wal
   ThreadSlot* slot = t_slot;
   int n = 0;
   if (slot && slot->bounds.hi > slot->bounds.lo) {
-    const UnwindResult r = unwind_cfi_caller(slot->bounds, caller, pcs, kMaxFrames);
+    const UnwindResult r = unwind_cfi_caller(slot->bounds, caller, pcs, kMaxFrames, slot->memo);
     n = r.nframes;
     flags = r.flags;
   }

@@ -165,8 +165,9 @@ void ThreadRegistry::release(ThreadSlot* s) {
   s->ring_mem = nullptr;
   s->ring.init(nullptr, 0);
   s->mem_ring_ready.store(false, std::memory_order_relaxed);
-  if (s->mem_ring_mem) munmap(s->mem_ring_mem, s->mem_ring_bytes);
+  if (s->mem_ring_mem) munmap(s->mem_ring_mem, s->mem_ring_bytes + ThreadSlot::kMemoMapBytes);
   s->mem_ring_mem = nullptr;
+  s->memo = nullptr;
   s->mem_ring_bytes = 0;
   s->mem_ring.init(nullptr, 0);
   s->state.store(kSlotFree, std::memory_order_release);

@@ -57,6 +57,10 @@ struct ThreadSlot {
   Ring mem_ring;
   uint8_t* mem_ring_mem = nullptr;
   uint32_t mem_ring_bytes = 0;
+  // The thread's stack memo for its hook unwinds (unwinder.h), in the same mapping, after the ring
+  // (kMemoMapBytes); nullptr until then.
+  UnwindMemo* memo = nullptr;
+  static constexpr uint32_t kMemoMapBytes = (sizeof(UnwindMemo) + 4095) & ~4095u;
   std::atomic<bool> mem_ring_ready{false};
 
   // Writer-side bookkeeping.

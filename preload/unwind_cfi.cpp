@@ -125,6 +125,20 @@ struct RowCache {
 __thread RowCache t_row_cache __attribute__((tls_model("initial-exec")));
 std::atomic<bool> g_row_cache_on{true};
 
+// Whether the stack still holds the frames remembered above frame mk, whose CFA and pc the unwind
+// in progress just found again with return address ra: each remembered frame's return address is
+// where that unwind read it. Returns -1 when it does, else the remembered frame whose return
+// address differs (no later match at a frame up to that one can hold either).
+template <class Reader>
+int memo_tail_check(const UnwindMemo& m, int mk, uint64_t ra, Reader& rd) {
+  if (mk + 1 >= m.n || ra != m.pc[mk + 1]) return mk;
+  for (int i = mk + 1; i + 1 < m.n; ++i) {
+    uint64_t v;
+    if (!rd(m.cfa[i] - 8, &v) || v != m.pc[i + 1]) return i;
+  }
+  return -1;
+}
+
 // ---- the handler side --------------------------------------------------------------------------
 
 // signal-safe
@@ -174,10 +188,12 @@ namespace {
 // signal-safe when Reader is
 // leaf_is_return: pc is a return address (its lookup is pc - 1 like every caller frame's), not
 // an interrupted instruction.
-// cache: the calling thread's row cache (hook unwinds only), or nullptr.
+// cache: the calling thread's row cache (hook unwinds only), or nullptr; memo: its stack memo
+// (unwinder.h; hook unwinds with the cache only), or nullptr.
 template <class Reader>
 UnwindResult unwind_loop(uint64_t pc, uint64_t sp, uint64_t fp, bool fp_valid, Reader& rd, uint64_t* pcs,
-                         int max_frames, bool leaf_is_return = false, RowCache* cache = nullptr) {
+                         int max_frames, bool leaf_is_return = false, RowCache* cache = nullptr,
+                         UnwindMemo* memo = nullptr) {
   UnwindResult res;
   if (max_frames <= 0) return res;
   bool fp_fallback_used = false;
@@ -187,6 +203,15 @@ UnwindResult unwind_loop(uint64_t pc, uint64_t sp, uint64_t fp, bool fp_valid, R
     memset(cache->e, 0, sizeof cache->e);
     cache->serial = snap->serial;
   }
+  // The stack memo: this unwind's CFAs go to memo->scratch; mk walks the remembered frames up to
+  // the current frame's CFA.
+  if (!cache || max_frames > UnwindMemo::kFrames) memo = nullptr;
+  if (memo && memo->serial != snap->serial) {
+    memo->n = memo->ncfa = 0;
+    memo->serial = snap->serial;
+  }
+  int mk = 0, ncfa = 0;
+  const bool memo_off = !memo || memo->ncfa == 0;
 
   const Range* range = nullptr;
   pcs[0] = pc;
@@ -249,6 +274,30 @@ UnwindResult unwind_loop(uint64_t pc, uint64_t sp, uint64_t fp, bool fp_valid, R
       }
     }
     if (cfa <= sp) goto stop;  // the stack must unwind towards its base
+    if (memo) memo->scratch[n - 1] = cfa, ncfa = n;
+    if (!memo_off) {
+      while (mk < memo->ncfa && memo->cfa[mk] < cfa) ++mk;
+      if (mk < memo->ncfa && memo->cfa[mk] == cfa && memo->pc[mk] == pc) {
+        const int differs = memo_tail_check(*memo, mk, ra, rd);
+        if (differs < 0) {
+          for (int i = mk + 1; i < memo->n; ++i) {
+            if (n >= max_frames) {
+              res.flags |= wire::kStackTruncated;
+              goto done;
+            }
+            if (i < memo->ncfa) memo->scratch[n] = memo->cfa[i], ncfa = n + 1;
+            pcs[n++] = memo->pc[i];
+          }
+          res.flags |= memo->flags;
+          ++memo->hits;
+          goto done;
+        }
+        // The stack changed above remembered frame `differs`: a later match can only be at a
+        // frame above it (each frame's return address is compared once per unwind).
+        ++memo->rejects;
+        mk = differs + 1;
+      }
+    }
     if (ra == 0) break;        // a zeroed return address ends the chain by convention
     if (n >= max_frames) {
       res.flags |= wire::kStackTruncated;
@@ -264,6 +313,13 @@ UnwindResult unwind_loop(uint64_t pc, uint64_t sp, uint64_t fp, bool fp_valid, R
   }
 done:
   res.nframes = n;
+  if (memo) {
+    memcpy(memo->pc, pcs, static_cast<size_t>(n) * sizeof(uint64_t));
+    memcpy(memo->cfa, memo->scratch, static_cast<size_t>(ncfa) * sizeof(uint64_t));
+    memo->n = n;
+    memo->ncfa = ncfa;
+    memo->flags = res.flags & (wire::kStackUnwindStop | wire::kStackTruncated);
+  }
   return res;
 }
 
@@ -331,18 +387,19 @@ bool cfi_ready() { return g_snapshot.load(std::memory_order_acquire) != nullptr;
 void cfi_set_row_cache(bool on) { g_row_cache_on.store(on, std::memory_order_relaxed); }
 
 // noinline: its frame must be a real frame of the stack it unwinds.
-__attribute__((noinline)) UnwindResult unwind_cfi_here(const StackBounds& bounds, uint64_t* pcs, int max_frames) {
+__attribute__((noinline)) UnwindResult unwind_cfi_here(const StackBounds& bounds, uint64_t* pcs, int max_frames,
+                                                       UnwindMemo* memo) {
   uint64_t rip, rsp, rbp;
   // The address of the lea itself, and rsp/rbp at that instruction: the CFI row in force at rip
   // describes exactly this rsp.
   asm volatile("1: lea 1b(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(rip), "=r"(rsp), "=r"(rbp));
   DirectReader rd{bounds};
-  return unwind_loop(rip, rsp, rbp, true, rd, pcs, max_frames, false, &t_row_cache);
+  return unwind_loop(rip, rsp, rbp, true, rd, pcs, max_frames, false, &t_row_cache, memo);
 }
 
 // noinline: its frame is where the frame-pointer walk starts.
 __attribute__((noinline)) UnwindResult unwind_cfi_caller(const StackBounds& bounds, uint64_t caller, uint64_t* pcs,
-                                                         int max_frames) {
+                                                         int max_frames, UnwindMemo* memo) {
   if (max_frames <= 0 || !cfi_ready()) return {0, wire::kStackUnwindStop};
   uint64_t fp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
   for (int depth = 0; depth < kMaxOwnFrames; ++depth) {
@@ -352,7 +409,7 @@ __attribute__((noinline)) UnwindResult unwind_cfi_caller(const StackBounds& boun
       // The hook's frame: the caller resumes at ra with rsp just above the return address and
       // its own rbp restored from the hook's saved rbp.
       DirectReader rd{bounds};
-      return unwind_loop(ra, fp + 16, next_fp, true, rd, pcs, max_frames, true, &t_row_cache);
+      return unwind_loop(ra, fp + 16, next_fp, true, rd, pcs, max_frames, true, &t_row_cache, memo);
     }
     if (next_fp <= fp) break;  // the chain must grow towards the stack's base
     fp = next_fp;

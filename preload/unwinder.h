@@ -38,7 +38,9 @@ UnwindResult unwind_cfi_regs(uint64_t rip, uint64_t rsp, uint64_t rbp, const Sta
 // caller cuts off its own frames). Reads only inside bounds (the thread's slot->bounds). Always
 // the CFI tables, whatever MLPROF_UNWINDER says: the writer builds them when memory profiling is
 // on. Until the first table is built only the first frame (and one frame-pointer step) is found.
-UnwindResult unwind_cfi_here(const StackBounds& bounds, uint64_t* pcs, int max_frames);
+// memo: the calling thread's stack memo (below), or nullptr.
+struct UnwindMemo;
+UnwindResult unwind_cfi_here(const StackBounds& bounds, uint64_t* pcs, int max_frames, UnwindMemo* memo = nullptr);
 // NOT signal context: the stack of an interposed function's CALLER, for the memory hooks. The
 // preload is built with frame pointers, so its own frames (this function's, then its callers' up
 // to the hook) are skipped by following the rbp chain until a frame whose return address is
@@ -46,7 +48,29 @@ UnwindResult unwind_cfi_here(const StackBounds& bounds, uint64_t* pcs, int max_f
 // kStackUnwindStop when no such frame was found or the tables are not built yet (the caller then
 // falls back on unwind_here_after). About 5 CFI lookups fewer per sampled allocation.
 inline constexpr int kMaxOwnFrames = 16;
-UnwindResult unwind_cfi_caller(const StackBounds& bounds, uint64_t caller, uint64_t* pcs, int max_frames);
+UnwindResult unwind_cfi_caller(const StackBounds& bounds, uint64_t caller, uint64_t* pcs, int max_frames,
+                               UnwindMemo* memo = nullptr);
+// A thread's stack memo: the frames (pc and CFA) its last hook unwind found. A thread's allocations
+// come from the same outer frames again and again (a server thread's connection loop, a model's
+// forward): when a frame of a hook unwind has the CFA and pc of a remembered frame, the remembered
+// frames above it are taken instead of unwound, once the stack still holds each one's return
+// address where that unwind read it (at each remembered frame's CFA - 8). A stack that changed
+// above the matching frame (the same function at the same depth, called from elsewhere) fails
+// that check there and is unwound up to the next frame it shares with the memo. Written at the
+// end of each hook unwind that uses it; never by a signal handler (which could interrupt a hook's
+// unwind on the same thread). Lives in memory the thread's slot maps with its memory-event ring
+// (not thread-local storage, which every thread's stack pays for), zeroed = empty.
+struct UnwindMemo {
+  static constexpr int kFrames = 192;  // sampler.h's kMaxFrames: the hooks' stacks
+  uint64_t serial;                     // the CFI snapshot it was written under
+  int n;                               // frames remembered (0: none)
+  int ncfa;                            // the leading frames whose CFA is known (n or n - 1)
+  uint8_t flags;                       // how that unwind ended (kStackUnwindStop, kStackTruncated)
+  uint64_t hits, rejects;              // unwinds that took a remembered tail; refused matches
+  uint64_t pc[kFrames];
+  uint64_t cfa[kFrames];               // increasing
+  uint64_t scratch[kFrames];           // the CFAs of the unwind in progress
+};
 // NOT signal context: the stack of a hook's point of interest, for the memory hooks and the GPU
 // callbacks. unwind_cfi_here, then the leading frames for which skip(pc) holds (the preload's own,
 // above that point) are dropped: pcs[0..n) is what is left, leaf first, with the unwinder's flags.
@@ -72,7 +96,8 @@ int unwind_here_after(const StackBounds* bounds, uint64_t* pcs, int max_frames, 
 }
 // Whether the CFI tables have been built once (the writer does it first thing). signal-safe
 bool cfi_ready();
-// The hooks' per-thread row cache (unwind_cfi.cpp): on by default; off for tests and A/B benches.
+// The hooks' per-thread row cache and stack memo (unwind_cfi.cpp): on by default; off for tests
+// and A/B benches.
 void cfi_set_row_cache(bool on);
 // signal-safe (as far as libunwind's local unwinding is; see unwind_libunwind.cpp)
 UnwindResult unwind_libunwind(const void* ucontext, uint64_t* pcs, int max_frames);

@@ -236,7 +236,7 @@ TEST_F(MemProfilerTest, StackFromInsideTheHookStartsAtItsCaller) {
   EXPECT_EQ(a.pcs[1], g_site_ra);
   EXPECT_EQ(events[1].h.kind, static_cast<uint8_t>(EventKind::kFree));
   EXPECT_EQ(events[1].h.alloc_id, a.h.alloc_id);
-  munmap(slot.mem_ring_mem, slot.mem_ring_bytes);
+  munmap(slot.mem_ring_mem, slot.mem_ring_bytes + ThreadSlot::kMemoMapBytes);
 }
 
 // A hook with a frame pointer (as the preload's are built), calling into a "slow path" that

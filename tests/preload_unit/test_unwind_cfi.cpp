@@ -626,11 +626,12 @@ struct HereProbe {
   UnwindResult result;
   int repeat = 1;
   int64_t ns = 0;
+  UnwindMemo* memo = nullptr;  // the stack memo, with the row cache
 };
 
 __attribute__((noinline)) void here_probe(HereProbe* p) {
   const uint64_t t0 = now_ns();
-  for (int i = 0; i < p->repeat; ++i) p->result = unwind_cfi_here(p->bounds, p->pcs, 64);
+  for (int i = 0; i < p->repeat; ++i) p->result = unwind_cfi_here(p->bounds, p->pcs, 64, p->memo);
   p->ns = static_cast<int64_t>(now_ns() - t0);
 }
 
@@ -651,6 +652,71 @@ __attribute__((noinline)) void here_run(HereProbe* p, int depth, bool cache) {
   asm volatile("" ::: "memory");
 }
 
+// here_run's twin: the same code, so probes through either have the same frames (pcs and CFAs)
+// up to here_run's or here_run_b's own, and different ones from there on.
+__attribute__((noinline)) void here_run_b(HereProbe* p, int depth, bool cache) {
+  cfi_set_row_cache(cache);
+  here_recurse(p, depth);
+  asm volatile("nop" ::: "memory");  // not identical code: GCC's -fipa-icf would merge the twins
+}
+
+void expect_same_stack(const HereProbe& got, const HereProbe& want, const char* what) {
+  ASSERT_EQ(got.result.nframes, want.result.nframes) << what;
+  EXPECT_EQ(got.result.flags, want.result.flags) << what;
+  for (int i = 0; i < want.result.nframes; ++i) EXPECT_EQ(got.pcs[i], want.pcs[i]) << what << ", frame " << i;
+}
+
+enum class Via { kRun, kTwin };
+
+// One call site for every probe of the memo test, through here_run or its twin.
+__attribute__((noinline)) void probe_via(HereProbe* p, int depth, bool cache, Via via) {
+  if (via == Via::kRun)
+    here_run(p, depth, cache);
+  else
+    here_run_b(p, depth, cache);
+  asm volatile("" ::: "memory");
+}
+
+// The stack memo: a repeated stack takes its frames from it; a stack that shares the memo's inner
+// frames (the same pcs at the same CFAs) but not the ones above them is checked, refused there,
+// and unwound up to the next frame it shares; a deeper stack takes its outer frames from it. Each
+// compared with the same probe unwound without the cache.
+TEST(UnwindCfi, TheStackMemoGivesTheSameStacks) {
+  ASSERT_TRUE(cfi_refresh_modules());
+  static UnwindMemo memo;  // zeroed: empty (4.6 KiB: not on the test's stack)
+  HereProbe a_off, b_off, deep_off, a1, a2, b, deep;
+  for (HereProbe* p : {&a1, &a2, &b, &deep}) p->memo = &memo;
+  struct Case {
+    HereProbe* p;
+    int depth;
+    bool cache;
+    Via via;
+    uint64_t hits = 0, rejects = 0;
+  } cases[] = {{&a_off, 10, false, Via::kRun},  {&b_off, 10, false, Via::kTwin}, {&deep_off, 16, false, Via::kRun},
+               {&a1, 10, true, Via::kRun},      {&a2, 10, true, Via::kRun},     {&b, 10, true, Via::kTwin},
+               {&deep, 16, true, Via::kRun}};
+  for (Case& c : cases) {
+    c.p->bounds = current_thread_bounds();
+    const uint64_t h = memo.hits, r = memo.rejects;
+    probe_via(c.p, c.depth, c.cache, c.via);
+    c.hits = memo.hits - h;
+    c.rejects = memo.rejects - r;
+  }
+  cfi_set_row_cache(true);
+  // unwind_cfi_here, here_probe, 11 here_recurse: the same through both; here_run's frame: not.
+  for (int i = 0; i < 13; ++i) ASSERT_EQ(a_off.pcs[i], b_off.pcs[i]) << "frame " << i;
+  ASSERT_NE(a_off.pcs[13], b_off.pcs[13]);
+  expect_same_stack(a1, a_off, "first");
+  expect_same_stack(a2, a_off, "repeated");
+  EXPECT_EQ(cases[4].hits, 1u) << "the same stack again: all from the memo";
+  EXPECT_EQ(cases[4].rejects, 0u);
+  expect_same_stack(b, b_off, "through the twin");
+  EXPECT_EQ(cases[5].rejects, 1u) << "the twin's frames must be checked and refused";
+  EXPECT_EQ(cases[5].hits, 1u) << "the frames above probe_via: from the memo";
+  expect_same_stack(deep, deep_off, "deeper");
+  EXPECT_EQ(cases[6].hits, 1u) << "the deeper stack's outer frames: from the memo";
+}
+
 TEST(UnwindCfi, TheHooksRowCacheGivesTheSameStacks) {
   ASSERT_TRUE(cfi_refresh_modules());
   for (int round = 0; round < 2; ++round) {
@@ -669,13 +735,17 @@ TEST(UnwindCfi, TheHooksRowCacheGivesTheSameStacks) {
     }
     ASSERT_TRUE(cfi_refresh_modules());  // a new snapshot: the cache starts over
   }
-  HereProbe off, on;
-  off.bounds = on.bounds = current_thread_bounds();
-  off.repeat = on.repeat = 100000;
+  static UnwindMemo memo;
+  HereProbe off, on, memoed;
+  off.bounds = on.bounds = memoed.bounds = current_thread_bounds();
+  off.repeat = on.repeat = memoed.repeat = 100000;
+  memoed.memo = &memo;
   here_run(&off, 25, false);
   here_run(&on, 25, true);
-  printf("[cfi] %d-frame hook unwind: %.1f ns without the row cache, %.1f ns with it\n", on.result.nframes,
-         double(off.ns) / off.repeat, double(on.ns) / on.repeat);
+  here_run(&memoed, 25, true);
+  printf("[cfi] %d-frame hook unwind: %.1f ns without the row cache, %.1f ns with it, %.1f ns with the stack memo "
+         "too (the same stack every time)\n",
+         on.result.nframes, double(off.ns) / off.repeat, double(on.ns) / on.repeat, double(memoed.ns) / memoed.repeat);
 }
 
 }  // namespace
