@@ -48,8 +48,9 @@ print(sys.argv[1], s["measuredQueriesPerSecond"], s["latencyPercentile50InMs"], 
       cpu_ms / max(1, s["window_queries"]))' "$label"
 }
 # MLPROF_BENCH_CONFIGS adds configurations to the three: nosamples (memory on, interval 2^40: the
-# allocator wrappers without samples), nocopy (copies not sampled), 512K, full@b (the defaults with
-# the build in $MLPROF_BUILD_DIR_B: an A/B of two builds in the same rounds).
+# allocator wrappers without samples), nocopy (copies not sampled), 512K, rate1 (--no-memory at one
+# sample a second: what CPU profiling costs besides its samples), full@b (the defaults with the
+# build in $MLPROF_BUILD_DIR_B: an A/B of two builds in the same rounds).
 # MLPROF_BENCH_ONLY="base full ..." replaces the list (it must hold base, which the ratios divide by).
 # With MLPROF_BENCH_PARALLEL="1:1 1:1" on a 2-core machine two configurations share one core at the
 # same time, each with its own load loop and collector: both see the machine's state of the moment,
