@@ -102,6 +102,9 @@ for r in rows: by[r[0]].append(tuple(map(float, r[1:])))
 n = len(by["base"])
 def ratios(label, k): return [by[label][i][k] / by["base"][i][k] for i in range(n)]
 med = lambda xs: statistics.median(xs)
+def mean_se(xs):  # "mean M +- standard error"
+    se = statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
+    return f"mean {statistics.mean(xs):.3f} +- {se:.3f}"
 print(f"median without mlprof: {med(r[0] for r in by['base']):.1f} req/s, p50 {med(r[1] for r in by['base']):.2f} ms, "
       f"p99 {med(r[2] for r in by['base']):.2f} ms, service CPU {med(r[3] for r in by['base']):.3f} ms/request")
 names = {"full": "mlprof (CPU + memory)", "full@b": "mlprof (CPU + memory), build B", "cpu": "mlprof --no-memory",
@@ -111,9 +114,7 @@ names = {"full": "mlprof (CPU + memory)", "full@b": "mlprof (CPU + memory), buil
 for label in [l for l in names if l in by]:
     name = names[label]
     q, p50, p99, c = ratios(label, 0), ratios(label, 1), ratios(label, 2), ratios(label, 3)
-    se = statistics.stdev(q) / len(q) ** 0.5 if len(q) > 1 else float("nan")
-    print(f"{name}: throughput ratio {med(q):.3f} ({min(q):.3f}-{max(q):.3f}, mean {statistics.mean(q):.3f} +- {se:.3f}, target >= 0.97), "
+    print(f"{name}: throughput ratio {med(q):.3f} ({min(q):.3f}-{max(q):.3f}, {mean_se(q)}, target >= 0.97), "
           f"p50 ratio {med(p50):.3f}, p99 ratio {med(p99):.3f} ({min(p99):.3f}-{max(p99):.3f}, target <= 1.05), "
-          f"service CPU per request ratio {med(c):.3f} ({min(c):.3f}-{max(c):.3f}, mean {statistics.mean(c):.3f} +- "
-          f"{statistics.stdev(c) / len(c) ** 0.5 if len(c) > 1 else float('nan'):.3f})")
+          f"service CPU per request ratio {med(c):.3f} ({min(c):.3f}-{max(c):.3f}, {mean_se(c)})")
 PY

@@ -11,6 +11,8 @@
 namespace mlprof::preload {
 
 inline constexpr int kMaxFrames = 192;
+// The hooks' stack memo (unwinder.h) holds a whole hook stack; one of fewer frames would be skipped.
+static_assert(UnwindMemo::kFrames >= kMaxFrames, "UnwindMemo::kFrames must cover kMaxFrames");
 inline constexpr int kMaxPyFrames = 128;
 
 // One sample as the handler leaves it in the ring (in-memory only, never on the wire).
