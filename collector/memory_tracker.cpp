@@ -151,10 +151,14 @@ void MemoryTracker::alloc(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_
   if (window_ && window_->contains(t_ns)) {
     sites_[si].win_alloc_bytes += static_cast<int64_t>(weight);
     sites_[si].win_alloc_count += size ? static_cast<double>(weight) / static_cast<double>(size) : 1.0;
+    if (weight > 0) ++sites_[si].win_net_samples;
   }
   if (!pending_.empty()) {  // its FREE came first (another thread's ring)
     if (auto it = pending_.find(id); it != pending_.end()) {
-      if (window_ && window_->contains(it->second)) sites_[si].win_free_bytes += static_cast<int64_t>(weight);
+      if (window_ && window_->contains(it->second)) {
+        sites_[si].win_free_bytes += static_cast<int64_t>(weight);
+        if (weight > 0) --sites_[si].win_net_samples;
+      }
       pending_.erase(it);
       return;
     }
@@ -185,7 +189,10 @@ void MemoryTracker::free(uint64_t id, int64_t t_ns) {
     return;
   }
   const Live e = *slot;
-  if (window_ && window_->contains(t_ns)) sites_[e.site].win_free_bytes += static_cast<int64_t>(e.weight);
+  if (window_ && window_->contains(t_ns)) {
+    sites_[e.site].win_free_bytes += static_cast<int64_t>(e.weight);
+    if (e.weight > 0) --sites_[e.site].win_net_samples;
+  }
   if (e.weight > 0) before_decrease();
   live_.erase(slot);
   change_live(sites_[e.site], e, -1);

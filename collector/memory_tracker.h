@@ -42,6 +42,9 @@ struct MemSite {
   double win_alloc_count = 0;
   int64_t win_free_bytes = 0;
   int64_t win_copy_bytes = 0;  // sampled copy weights inside the window
+  // Sampled blocks allocated inside the window minus sampled blocks freed inside it: how many
+  // samples the retained estimate (win_alloc_bytes - win_free_bytes) rests on.
+  int64_t win_net_samples = 0;
 };
 
 // A time window [start_ns, end_ns) over which allocations and frees are also summed per site

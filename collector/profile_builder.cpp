@@ -220,8 +220,11 @@ class Builder {
     if (window_sites_) {  // most retained first, then most allocated; bounded
       auto& out = p_.serving.sites;
       for (auto& [stack, w] : *window_sites_) out.push_back(w);
-      std::sort(out.begin(), out.end(), [](const profile::ServingSite& a, const profile::ServingSite& b) {
-        return a.retained_bytes != b.retained_bytes ? a.retained_bytes > b.retained_bytes : a.alloc_bytes > b.alloc_bytes;
+      // A retained figure that rests on too few samples to be a leak sorts as 0 (profile::retained_resolved).
+      auto retained = [](const profile::ServingSite& x) { return profile::retained_resolved(x) ? x.retained_bytes : 0; };
+      std::sort(out.begin(), out.end(), [&](const profile::ServingSite& a, const profile::ServingSite& b) {
+        const int64_t ra = retained(a), rb = retained(b);
+        return ra != rb ? ra > rb : a.alloc_bytes > b.alloc_bytes;
       });
       constexpr size_t kMaxWindowSites = 2000;
       if (out.size() > kMaxWindowSites) out.resize(kMaxWindowSites);
@@ -284,11 +287,14 @@ class Builder {
       m[kCopyBytes] += site.copy_bytes;
       if (window_sites_) p_.serving.window_copy_bytes += site.win_copy_bytes;
       if (window_sites_ && (site.win_alloc_bytes || site.win_free_bytes)) {
-        auto& w = (*window_sites_)[it->second.stack];
+        auto [wi, fresh] = window_sites_->try_emplace(it->second.stack);
+        auto& w = wi->second;
+        if (fresh) w.retained_samples = 0;
         w.stack = it->second.stack;
         w.alloc_bytes += site.win_alloc_bytes;
         w.alloc_count += std::llround(site.win_alloc_count);
         w.retained_bytes += site.win_alloc_bytes - site.win_free_bytes;
+        w.retained_samples += site.win_net_samples;
       }
     }
 

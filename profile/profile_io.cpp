@@ -298,6 +298,7 @@ void put_serving(const Profile& p, Buf& b) {
   for (const auto& x : v.sites) b.s(x.alloc_count);
   for (const auto& x : v.sites) b.s(x.retained_bytes);
   b.s(v.window_copy_bytes);  // since 1.3
+  for (const auto& x : v.sites) b.s(x.retained_samples);  // since 1.4
 }
 
 // GPU (1.2, section 16; written only when a process had GPU activity, docs/profile-format.md 6.16).
@@ -667,6 +668,8 @@ void get_serving(In& in, Profile& p) {
   for (auto& x : v.sites) x.alloc_count = in.s();
   for (auto& x : v.sites) x.retained_bytes = in.s();
   if (in.r.left() > 0) v.window_copy_bytes = in.s();  // since 1.3
+  const bool has_samples = in.r.left() > 0;              // since 1.4
+  for (auto& x : v.sites) x.retained_samples = has_samples ? in.s() : kRetainedSamplesUnknown;
 }
 
 void get_gpu(In& in, Profile& p) {

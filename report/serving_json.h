@@ -109,7 +109,10 @@ Json serving_json(const profile::Profile& p) {
                      {"alloc_count_per_request", round3(per(x.alloc_count, n))},
                      {"retained_bytes_per_request", round3(per(x.retained_bytes, n))},
                      {"alloc_bytes", x.alloc_bytes},
-                     {"retained_bytes", x.retained_bytes}});
+                     {"retained_bytes", x.retained_bytes},
+                     {"retained_samples", x.retained_samples == profile::kRetainedSamplesUnknown
+                                              ? Json(nullptr) : Json(x.retained_samples)},
+                     {"retained_resolved", profile::retained_resolved(x)}});
   o["per_request"] = {{"lines", std::move(lines)}, {"sites", std::move(sites)}};
   return o;
 }

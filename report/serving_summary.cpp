@@ -64,12 +64,19 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
   }
   if (n && !s.sites.empty()) {
     out += "  Memory per request (steady state), by allocation site: retained / allocated\n";
+    bool noise = false;
     for (size_t i = 0; i < s.sites.size() && i < top; ++i) {
       const auto& x = s.sites[i];
-      out += fmt::format("    {:>12} / {:>12}  {}\n", bytes(static_cast<double>(x.retained_bytes) / n),
+      const bool resolved = profile::retained_resolved(x);
+      noise |= !resolved;
+      out += fmt::format("    {:>12} / {:>12}  {}\n", resolved ? bytes(static_cast<double>(x.retained_bytes) / n) : "~0",
                          bytes(static_cast<double>(x.alloc_bytes) / n),
                          clean(detail::truncate_display(detail::site_label(p, x.stack), 80)));
     }
+    if (noise)
+      out += fmt::format("    (~0: fewer than {} sampled blocks kept in the window, what its last requests still held: "
+                         "no leak at this sampling interval; a smaller --mem-interval resolves smaller ones)\n",
+                         profile::kMinRetainedSamples);
   }
   for (const auto& a : s.advice) out += "  advice: " + clean(a) + "\n";
   return out;

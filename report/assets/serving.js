@@ -121,11 +121,16 @@
       const siteHost = M.el("div", { cls: "table-host" });
       host.appendChild(siteHost);
       new M.SortableTable(siteHost, [
-        { title: "retained/request", cls: "num", key: function (r) { return r.retained_bytes_per_request; }, text: function (r) { return M.fmt.bytes(r.retained_bytes_per_request); } },
+        // A retained figure on fewer sampled blocks than a leak needs (retained_resolved false) is
+        // sampling noise: "~0", sorted as 0 (docs/serving.md).
+        { title: "retained/request", cls: "num", key: function (r) { return r.retained_resolved === false ? 0 : r.retained_bytes_per_request; },
+          text: function (r) { return r.retained_resolved === false ? "~0" : M.fmt.bytes(r.retained_bytes_per_request); } },
         { title: "allocated/request", cls: "num", key: function (r) { return r.alloc_bytes_per_request; }, text: function (r) { return M.fmt.bytes(r.alloc_bytes_per_request); } },
         { title: "allocations/request", cls: "num", key: function (r) { return r.alloc_count_per_request; }, text: function (r) { return num(r.alloc_count_per_request, 2); } },
         { title: "site", cls: "name", key: function (r) { return r.site.toLowerCase(); }, text: function (r) { return r.site; } },
       ], per.sites, { sortIndex: 0, descending: true, showAll: false }).render();
+      if (per.sites.some(function (r) { return r.retained_resolved === false; }))
+        host.appendChild(M.el("p", { cls: "note", text: "~0: fewer than 3 sampled blocks kept in the window, what its last requests still held: no leak at this sampling interval (a smaller --mem-interval resolves smaller ones)." }));
     }
     M.test.serving = {
       requests: series ? series.requests : 0, answered: series ? series.answered : 0, steady: series ? series.steady : 0,

@@ -369,6 +369,32 @@ TEST(ProfileIo, NewerMinorWithUnknownSectionAndAppendedFieldsIsRead) {
   EXPECT_TRUE(r.value() == as_read(p, kFormatMinor + 3));
 }
 
+// 1.4 appended the serving sites' sample counts (after window_copy_bytes): a 1.3 file's sites
+// read with kRetainedSamplesUnknown, everything else as written.
+TEST(ProfileIo, ServingSitesOfA13FileHaveUnknownSampleCounts) {
+  Profile p = rich_profile();
+  p.serving.present = true;
+  p.serving.url = "http://127.0.0.1:1/";
+  p.serving.window_copy_bytes = 4096;
+  p.serving.sites = {{0, 100, 1, 100, 7}};
+  ASSERT_TRUE(validate_profile(p).ok()) << validate_profile(p).error;
+  Framed fr = parse(encode_profile(p));
+  auto& pl = payload(fr, section::kServing);
+  ASSERT_EQ(pl.back(), 14);  // svarint 7 (zigzag), the last field
+  pl.pop_back();
+  fr.minor = 3;
+  auto r = decode(build(fr));
+  ASSERT_TRUE(r.ok()) << r.error();
+  Profile expect = as_read(p, 3);
+  expect.serving.sites[0].retained_samples = kRetainedSamplesUnknown;
+  EXPECT_TRUE(r.value() == expect);
+  EXPECT_EQ(r->serving.window_copy_bytes, 4096);
+  // And the 1.4 file itself keeps the count.
+  auto now = decode(encode_profile(p));
+  ASSERT_TRUE(now.ok()) << now.error();
+  EXPECT_EQ(now->serving.sites[0].retained_samples, 7);
+}
+
 TEST(ProfileIo, MissingSectionsReadAsEmptyTables) {
   const Profile p = rich_profile();
   Framed fr = parse(encode_profile(p));
@@ -598,10 +624,10 @@ TEST(ProfileStringTable, InternsAndKeepsIndexZeroEmpty) {
 TEST(ProfileIo, EmptyProfileIsTheDocumentedExample) {
   // docs/profile-format.md, section 8.
   const std::vector<uint8_t> expect = {
-      0x4d, 0x4c, 0x50, 0x52, 0x4f, 0x46, 0x00, 0x1a, 0x01, 0x00, 0x03, 0x00, 0x57, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x4d, 0x4c, 0x50, 0x52, 0x4f, 0x46, 0x00, 0x1a, 0x01, 0x00, 0x04, 0x00, 0x57, 0x00, 0x00, 0x00, 0x00, 0x00,
       0x00, 0x00, 0x01, 0x0d, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x02,
       0x02, 0x01, 0x00, 0x03, 0x01, 0x00, 0x04, 0x01, 0x00, 0x05, 0x01, 0x00, 0x06, 0x01, 0x00, 0x07, 0x01, 0x00,
       0x08, 0x01, 0x00, 0x09, 0x03, 0x00, 0x00, 0x00, 0x0a, 0x01, 0x00, 0x0b, 0x01, 0x00, 0x0c, 0x01, 0x00, 0x0d,
-      0x01, 0x00, 0x0e, 0x01, 0x00, 0x11, 0x01, 0x00, 0x00, 0x05, 0x0f, 0xd7, 0xba, 0xfb, 0xbf};
+      0x01, 0x00, 0x0e, 0x01, 0x00, 0x11, 0x01, 0x00, 0x00, 0x05, 0x0f, 0x87, 0x15, 0xb8, 0xea};
   EXPECT_EQ(encode_profile(Profile{}), expect);
 }
