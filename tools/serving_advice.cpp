@@ -104,8 +104,8 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
   if (w.total_us > 0 && !enough)
     out.push_back(fmt::format(
         "The steady state holds only {:.0f} ms of sampled CPU ({} requests): too little to say what share of it the "
-        "interpreter, matrix products or the garbage collector take; replay more requests (--max-requests) for that "
-        "advice.",
+        "interpreter, matrix products, the GIL's handoffs or the garbage collector take; replay more requests "
+        "(--max-requests) for that advice.",
         w.total_us / 1000.0, s.window_requests));
   if (enough && w.interpreter_us * 2 >= w.total_us)
     out.push_back(fmt::format(
@@ -118,6 +118,14 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
         "{} of the steady-state CPU is in matrix products (BLAS/GEMM frames): the service is compute-bound in the "
         "model; quantization (int8) or a smaller model would cut it.",
         pct(w.matmul_us, w.total_us)));
+  if (enough && w.gil_us * 10 >= w.total_us)
+    out.push_back(fmt::format(
+        "{} of the steady-state CPU ({} ms per request) goes to handing the GIL between threads "
+        "(PyEval_SaveThread / PyEval_RestoreThread: a thread lets go of it around each blocking call, and waking "
+        "the next one or waiting to take it back costs system calls): serve from several single-threaded worker "
+        "processes instead of threads, or make fewer blocking calls per request.",
+        pct(w.gil_us, w.total_us),
+        fmt::format("{:.2f}", s.window_requests ? w.gil_us / 1000.0 / s.window_requests : 0.0)));
   if (s.window_requests > 0) {
     const double per = static_cast<double>(s.window_copy_bytes) / static_cast<double>(s.window_requests);
     if (per >= 1048576.0)

@@ -1,6 +1,7 @@
 #include "tools/serving_window.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <tuple>
 
@@ -56,12 +57,21 @@ bool is_matmul_function(const std::string& name) {
   return false;
 }
 
+bool is_gil_handoff_function(const std::string& name) {
+  for (const char* k : {"PyEval_SaveThread", "PyEval_RestoreThread", "PyEval_AcquireThread", "PyEval_ReleaseThread",
+                        "PyGILState_Ensure", "PyGILState_Release", "take_gil", "drop_gil"}) {
+    const size_t n = strlen(k);
+    if (name.compare(0, n, k) == 0 && (name.size() == n || name[n] == '.')) return true;
+  }
+  return false;
+}
+
 WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) {
   WindowCpu w;
   Rows rows = rows_of(p);
   const uint32_t cpu = p.metric("cpu"), interp = p.metric("cpu-interpreter"), native = p.metric("cpu-native"),
                  sys = p.metric("cpu-system"), wait = p.metric("wait");
-  std::map<uint32_t, std::tuple<bool, bool, bool>> stack_kind;  // matmul, gc, lock
+  std::map<uint32_t, std::tuple<bool, bool, bool, bool>> stack_kind;  // matmul, gc, lock, gil
   for (auto& s : p.samples) {
     if (s.t_ns < from_ns || s.t_ns >= to_ns) continue;
     const RowKey k{s.thread, s.stack};
@@ -73,7 +83,7 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) 
     w.per_thread_us[s.thread] += c;
     auto it = stack_kind.find(s.stack);
     if (it == stack_kind.end()) {
-      bool mm = false, gc = false, lock = false;
+      bool mm = false, gc = false, lock = false, gil = false;
       if (s.stack < p.stacks.size())
         for (uint32_t f : p.stacks[s.stack].frames) {
           const std::string& fn = p.str(p.frames.at(f).function);
@@ -82,12 +92,14 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) 
                contains(fn, "_PyGC_");
           lock = lock || contains(fn, "pthread_mutex") || contains(fn, "take_gil") || contains(fn, "futex") ||
                  contains(fn, "pthread_cond");
+          gil = gil || is_gil_handoff_function(fn);
         }
-      it = stack_kind.emplace(s.stack, std::make_tuple(mm, gc, lock)).first;
+      it = stack_kind.emplace(s.stack, std::make_tuple(mm, gc, lock, gil)).first;
     }
-    auto [mm, gc, lock] = it->second;
+    auto [mm, gc, lock, gil] = it->second;
     if (mm) w.matmul_us += c;
     if (gc) w.gc_us += c;
+    if (gil) w.gil_us += c;
     if (lock) w.lock_wait_us += share(rows, k, wait, s.weight);
   }
   return w;

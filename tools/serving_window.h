@@ -17,6 +17,8 @@ struct WindowCpu {
   int64_t matmul_us = 0;  // samples with a BLAS / matmul frame (gemm, matmul, dot, ...)
   int64_t gc_us = 0;      // samples inside the Python garbage collector (profile::kGcFrameName, or its
                           // functions by name where the interpreter has symbols)
+  int64_t gil_us = 0;     // samples handing the GIL over: a thread letting go of it or taking it back
+                          // (is_gil_handoff_function), futex calls when another thread waits for it
   int64_t lock_wait_us = 0;  // wall mode: waits in locks / the GIL
   std::map<uint32_t, int64_t> per_thread_us;  // thread index -> CPU
 };
@@ -34,5 +36,12 @@ void fill_window_lines(profile::Profile& p, profile::Serving& s, size_t max_line
 
 // Function names the advice counts as matrix products (BLAS, oneDNN, PyTorch, numpy).
 bool is_matmul_function(const std::string& name);
+
+// CPython's functions that let go of the GIL or take it back: the exported ones, named in every
+// build (PyEval_SaveThread, PyEval_RestoreThread, PyEval_AcquireThread, PyEval_ReleaseThread,
+// PyGILState_Ensure, PyGILState_Release), and take_gil / drop_gil where the interpreter has symbols
+// (a compiler suffix such as ".constprop.0" allowed). Such a frame is on the stack only while the
+// GIL changes hands, not while the code between them runs.
+bool is_gil_handoff_function(const std::string& name);
 
 }  // namespace mlprof::tools

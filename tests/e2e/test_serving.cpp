@@ -504,6 +504,33 @@ TEST(Serving, AGarbageCollectorTailIsNamedInTheAdvice) {
   EXPECT_TRUE(named) << ::testing::PrintToString(sv.advice);
 }
 
+// Several connections at once make the handler threads hand the GIL over at every time.sleep(0)
+// (tests/fixtures/python/gil_service.py): the advice names that share of the CPU. With one
+// connection no thread waits for the GIL and it does not (the same frames, a few % of the CPU).
+TEST(Serving, GilHandoffBetweenThreadsIsNamedInTheAdvice) {
+  const std::string src = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/gil_service.py";
+  const std::string dir = scratch();
+  const std::string bodies = write_bodies(dir, 20);
+  for (int conc : {4, 1}) {
+    const int port = free_port();
+    Profiled r = profile_run({"/usr/bin/python3", src, std::to_string(port)},
+                             {"--requests", bodies, "--url", "http://127.0.0.1:" + std::to_string(port) + "/score",
+                              "--max-requests", "400", "--warmup", "20", "--concurrency", std::to_string(conc),
+                              "--duration", "120"});
+    ASSERT_TRUE(r.ok);
+    ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+    const auto& sv = r.profile.serving;
+    EXPECT_EQ(sv.success_queries, 400u);
+    bool named = false, too_few = false;
+    for (auto& a : sv.advice) {
+      named = named || a.find("goes to handing the GIL between threads") != std::string::npos;
+      too_few = too_few || a.find("too little to say") != std::string::npos;
+    }
+    ASSERT_FALSE(too_few) << "concurrency " << conc << ": " << ::testing::PrintToString(sv.advice);
+    EXPECT_EQ(named, conc > 1) << "concurrency " << conc << ": " << ::testing::PrintToString(sv.advice);
+  }
+}
+
 TEST(Serving, ExampleServiceEndToEnd) {
   if (run({"/usr/bin/python3", "-c", "import sklearn"}).exit_code != 0)
     GTEST_SKIP() << "/usr/bin/python3 has no scikit-learn (apt install python3-sklearn)";

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 
+#include "profile/string_table.h"
 #include "tools/serving_advice.h"
 #include "tools/serving_options.h"
 #include "tools/serving_recommend.h"
@@ -350,13 +351,22 @@ TEST(ServingAdvice, EachRuleFiresAtItsThresholdAndNotBelow) {
     c.w.matmul_us = 149000;
     EXPECT_FALSE(said(c.advice(), "quantization"));
   }
+  {  // GIL handoffs >= 10%
+    AdviceCase c;
+    c.w.gil_us = 50000;
+    EXPECT_TRUE(said(c.advice(), "10% of the steady-state CPU (0.50 ms per request) goes to handing the GIL"))
+        << ::testing::PrintToString(c.advice());
+    c.w.gil_us = 49900;
+    EXPECT_FALSE(said(c.advice(), "GIL"));
+  }
   {  // too few samples: no share advice, a sentence saying why
     AdviceCase c;
-    c.w.total_us = c.w.interpreter_us = c.w.matmul_us = 150000;
+    c.w.total_us = c.w.interpreter_us = c.w.matmul_us = c.w.gil_us = 150000;
     auto a = c.advice();
     EXPECT_TRUE(said(a, "only 150 ms of sampled CPU (100 requests)")) << ::testing::PrintToString(a);
     EXPECT_FALSE(said(a, "Python interpreter"));
     EXPECT_FALSE(said(a, "quantization"));
+    EXPECT_FALSE(said(a, "handing the GIL"));
   }
   {  // copies: >= 1 MiB per steady-state request
     AdviceCase c;
@@ -386,3 +396,34 @@ TEST(ServingAdvice, EachRuleFiresAtItsThresholdAndNotBelow) {
     EXPECT_FALSE(said(c.advice(), "recommended"));
   }
 }
+
+TEST(ServingWindow, GilHandoffFramesAreCountedByName) {
+  for (const char* yes : {"PyEval_SaveThread", "PyEval_RestoreThread", "PyGILState_Ensure", "take_gil",
+                          "take_gil.constprop.0", "drop_gil.lto_priv.0"})
+    EXPECT_TRUE(is_gil_handoff_function(yes)) << yes;
+  for (const char* no : {"PyEval_SaveThreadState", "take_gilded", "_PyEval_EvalFrameDefault", "pthread_cond_signal",
+                         "PyEval_EvalCode", ""})
+    EXPECT_FALSE(is_gil_handoff_function(no)) << no;
+  // A stack through PyEval_RestoreThread counts its CPU as the GIL's; a stack without one does not;
+  // samples outside the window do not count.
+  profile::Profile p;
+  profile::StringTable st(p.strings);
+  p.metrics = {{"cpu", "us"}};
+  p.frames = {{st.intern("handle"), 0, 0, 0, 0, profile::FrameKind::kPython, false},
+              {st.intern("PyEval_RestoreThread"), 0, 0, 0, 0, profile::FrameKind::kNative, false},
+              {st.intern("__futex_abstimed_wait_common64"), 0, 0, 0, 0, profile::FrameKind::kNative, false},
+              {st.intern("tokenize"), 0, 0, 0, 0, profile::FrameKind::kPython, false}};
+  p.stacks = {{{2, 1, 0}, false}, {{3, 0}, false}};  // leaf first
+  p.processes = {profile::Process{}};
+  p.threads = {{0, 1, "main", 0, 0}};
+  p.stack_values = {{0, 0, {30000}}, {0, 1, {70000}}};  // 3 and 7 samples of 10 ms
+  for (int i = 0; i < 3; ++i) p.samples.push_back({0, 0, 100 + i, 1});
+  for (int i = 0; i < 7; ++i) p.samples.push_back({0, 1, 200 + i, 1});
+  WindowCpu all = window_cpu(p, 0, 1000);
+  EXPECT_EQ(all.total_us, 100000);
+  EXPECT_EQ(all.gil_us, 30000);
+  WindowCpu later = window_cpu(p, 150, 1000);
+  EXPECT_EQ(later.total_us, 70000);
+  EXPECT_EQ(later.gil_us, 0);
+}
+
