@@ -262,6 +262,9 @@ struct Serving {
   std::vector<ServingLine> lines;        // most CPU first, bounded
   std::vector<ServingSite> sites;        // most bytes first, bounded
   int64_t window_copy_bytes = 0;         // sampled memcpy/memmove bytes in the steady window (since 1.3)
+  // The steady window's CPU (us, from the samples, like `lines`) and the part of it on a stack with
+  // a source line (what the lines' self figures sum to, uncut); 0 and 0: not known (before 1.4).
+  int64_t window_cpu_us = 0, window_line_cpu_us = 0;
   bool operator==(const Serving&) const = default;
 };
 

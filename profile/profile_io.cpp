@@ -299,6 +299,8 @@ void put_serving(const Profile& p, Buf& b) {
   for (const auto& x : v.sites) b.s(x.retained_bytes);
   b.s(v.window_copy_bytes);  // since 1.3
   for (const auto& x : v.sites) b.s(x.retained_samples);  // since 1.4
+  b.s(v.window_cpu_us);                                    // since 1.4
+  b.s(v.window_line_cpu_us);
 }
 
 // GPU (1.2, section 16; written only when a process had GPU activity, docs/profile-format.md 6.16).
@@ -668,8 +670,12 @@ void get_serving(In& in, Profile& p) {
   for (auto& x : v.sites) x.alloc_count = in.s();
   for (auto& x : v.sites) x.retained_bytes = in.s();
   if (in.r.left() > 0) v.window_copy_bytes = in.s();  // since 1.3
-  const bool has_samples = in.r.left() > 0;              // since 1.4
-  for (auto& x : v.sites) x.retained_samples = has_samples ? in.s() : kRetainedSamplesUnknown;
+  const bool since_1_4 = in.r.left() > 0;
+  for (auto& x : v.sites) x.retained_samples = since_1_4 ? in.s() : kRetainedSamplesUnknown;
+  if (since_1_4) {
+    v.window_cpu_us = in.s();
+    v.window_line_cpu_us = in.s();
+  }
 }
 
 void get_gpu(In& in, Profile& p) {

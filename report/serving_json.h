@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,20 @@ inline std::vector<const profile::ServingLine*> lines_by_self(const profile::Ser
     if (l.self_us > 0) out.push_back(&l);
   std::stable_sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->self_us > b->self_us; });
   return out;
+}
+// A sentence when the per-line table leaves out a tenth or more of the steady window's CPU:
+// samples with no source line on their stack (a thread pool's workers in a library without line
+// information, a stripped binary); empty otherwise or when not known (a profile before 1.4).
+inline std::string line_coverage_note(const profile::Serving& s) {
+  if (s.window_cpu_us <= 0 || s.window_line_cpu_us * 10 >= s.window_cpu_us * 9) return "";
+  const double pct = 100.0 * static_cast<double>(s.window_line_cpu_us) / static_cast<double>(s.window_cpu_us);
+  char buf[400];
+  snprintf(buf, sizeof buf,
+           "the lines hold %.0f%% of the steady state's CPU; the other %.0f%% ran in code without a source line "
+           "on its stack, such as a thread pool's workers inside a library without line information: the flame "
+           "graph shows it by function",
+           pct, 100.0 - pct);
+  return buf;
 }
 }  // namespace serving_detail
 
@@ -114,6 +129,11 @@ Json serving_json(const profile::Profile& p) {
                                               ? Json(nullptr) : Json(x.retained_samples)},
                      {"retained_resolved", profile::retained_resolved(x)}});
   o["per_request"] = {{"lines", std::move(lines)}, {"sites", std::move(sites)}};
+  if (s.window_cpu_us > 0) {  // not known before format 1.4
+    o["per_request"]["cpu_ms_per_request"] = round3(per(s.window_cpu_us, n) / 1000);
+    o["per_request"]["lines_cpu_share"] = round3(static_cast<double>(s.window_line_cpu_us) / s.window_cpu_us);
+  }
+  o["per_request"]["lines_note"] = line_coverage_note(s);
   return o;
 }
 

@@ -55,6 +55,7 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
     // By self (the innermost line of each sample): the lines that cost, not the frames around them.
     const auto by_self = serving_detail::lines_by_self(s);
     out += "  CPU per request (steady state), by line: self / total ms\n";
+    if (const std::string note = serving_detail::line_coverage_note(s); !note.empty()) out += "    (" + note + ")\n";
     for (size_t i = 0; i < by_self.size() && i < top; ++i) {
       const auto& l = *by_self[i];
       out += fmt::format("    {:>8.3f} / {:>8.3f}  {}:{}  {}\n", l.self_us / 1000.0 / n, l.total_us / 1000.0 / n,

@@ -107,6 +107,7 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) 
 
 void fill_window_lines(profile::Profile& p, profile::Serving& s, size_t max_lines) {
   s.lines.clear();
+  s.window_cpu_us = s.window_line_cpu_us = 0;
   if (s.window_end_ns <= s.window_start_ns) return;
   Rows rows = rows_of(p);
   const uint32_t cpu = p.metric("cpu");
@@ -120,6 +121,7 @@ void fill_window_lines(profile::Profile& p, profile::Serving& s, size_t max_line
     if (smp.t_ns < s.window_start_ns || smp.t_ns >= s.window_end_ns || smp.stack >= p.stacks.size()) continue;
     const int64_t c = share(rows, {smp.thread, smp.stack}, cpu, smp.weight);
     if (c == 0) continue;
+    s.window_cpu_us += c;
     const auto& frames = p.stacks[smp.stack].frames;
     seen.clear();
     bool self_done = false;
@@ -127,7 +129,7 @@ void fill_window_lines(profile::Profile& p, profile::Serving& s, size_t max_line
       const auto& f = p.frames.at(frames[i]);
       if (f.line == 0 || f.file == 0 || (f.module < own.size() && own[f.module])) continue;
       auto key = std::make_tuple(f.file, f.line, f.function);
-      if (!self_done) acc[key].self += c, self_done = true;  // the innermost line: code without line info below it counts here
+      if (!self_done) acc[key].self += c, self_done = true, s.window_line_cpu_us += c;  // the innermost line: code without line info below it counts here
       if (seen.insert(key).second) acc[key].total += c;
     }
   }

@@ -27,7 +27,9 @@ struct WindowCpu {
 // weights, so window sums use exactly the figures of the whole profile.
 WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns);
 
-// Fills s.lines (CPU per line in the window, most total first, at most max_lines). A sample's
+// Fills s.lines (CPU per line in the window, most total first, at most max_lines), and
+// s.window_cpu_us / s.window_line_cpu_us (the window's CPU, and the part of it whose stacks have a
+// line: what the lines' self figures add up to before the list is cut). A sample's
 // "self" line is its innermost frame that has a line (native code without line information, a
 // BLAS kernel, counts at the line that called it); "total" counts every line of its stack once.
 // Frames of mlprof's preload (libmlprof_preload*.so: its allocator wrappers) are not lines of the

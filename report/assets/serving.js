@@ -115,6 +115,7 @@
       { title: "function", cls: "name", key: function (r) { return r.function.toLowerCase(); }, text: function (r) { return r.function; } },
       { title: "location", cls: "loc", key: function (r) { return r.file + ":" + r.line; }, text: function (r) { return r.file ? r.file + ":" + r.line : ""; } },
     ], per.lines, { sortIndex: 1, descending: true, showAll: false }).render();  // by self, like the text summary
+    if (per.lines_note) host.appendChild(M.el("p", { cls: "note", text: "Note: " + per.lines_note + "." }));
 
     if (per.sites.length) {
       host.appendChild(M.el("h3", { text: "Memory per request, by allocation site (steady state)" }));

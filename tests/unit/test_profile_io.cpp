@@ -369,24 +369,30 @@ TEST(ProfileIo, NewerMinorWithUnknownSectionAndAppendedFieldsIsRead) {
   EXPECT_TRUE(r.value() == as_read(p, kFormatMinor + 3));
 }
 
-// 1.4 appended the serving sites' sample counts (after window_copy_bytes): a 1.3 file's sites
-// read with kRetainedSamplesUnknown, everything else as written.
+// 1.4 appended the serving sites' sample counts and the window's CPU (after window_copy_bytes): a
+// 1.3 file's sites read with kRetainedSamplesUnknown and the window's CPU as 0 (not known),
+// everything else as written.
 TEST(ProfileIo, ServingSitesOfA13FileHaveUnknownSampleCounts) {
   Profile p = rich_profile();
   p.serving.present = true;
   p.serving.url = "http://127.0.0.1:1/";
   p.serving.window_copy_bytes = 4096;
   p.serving.sites = {{0, 100, 1, 100, 7}};
+  p.serving.window_cpu_us = 5;
+  p.serving.window_line_cpu_us = 3;
   ASSERT_TRUE(validate_profile(p).ok()) << validate_profile(p).error;
   Framed fr = parse(encode_profile(p));
   auto& pl = payload(fr, section::kServing);
-  ASSERT_EQ(pl.back(), 14);  // svarint 7 (zigzag), the last field
-  pl.pop_back();
+  ASSERT_GE(pl.size(), 3u);
+  // The last fields, svarints (zigzag): the site's 7, then the window's CPU 5 and its lines' 3.
+  ASSERT_EQ(std::vector<uint8_t>(pl.end() - 3, pl.end()), (std::vector<uint8_t>{14, 10, 6}));
+  pl.resize(pl.size() - 3);
   fr.minor = 3;
   auto r = decode(build(fr));
   ASSERT_TRUE(r.ok()) << r.error();
   Profile expect = as_read(p, 3);
   expect.serving.sites[0].retained_samples = kRetainedSamplesUnknown;
+  expect.serving.window_cpu_us = expect.serving.window_line_cpu_us = 0;
   EXPECT_TRUE(r.value() == expect);
   EXPECT_EQ(r->serving.window_copy_bytes, 4096);
   // And the 1.4 file itself keeps the count.

@@ -10,6 +10,7 @@
 #include "profile/string_table.h"
 #include "report/json_export.h"
 #include "report/report.h"
+#include "report/serving_json.h"
 #include "tools/serving_window.h"
 
 using namespace mlprof;
@@ -123,6 +124,42 @@ TEST(ServingWindow, CpuPerLineCountsOnlyTheWindow) {
   EXPECT_EQ(w.interpreter_us, 25000);
   EXPECT_EQ(w.native_us, 50000);
   EXPECT_EQ(w.matmul_us, 50000);  // sgemm_kernel
+  // Every sample of the window has a line: the lines hold all of its CPU, and no note is due.
+  EXPECT_EQ(p.serving.window_cpu_us, 75000);
+  EXPECT_EQ(p.serving.window_line_cpu_us, 75000);
+  EXPECT_EQ(report::serving_detail::line_coverage_note(p.serving), "");
+}
+
+// A thread pool's worker in a library without line information: its CPU is in no line, and the
+// summary, the JSON export and the report say what share of the window's CPU the lines hold.
+TEST(ServingWindow, CpuWithoutALineIsToldApart) {
+  Profile p = serving_profile();
+  StringTable st(p.strings);
+  p.frames.push_back({st.intern("blas_thread_server"), 0, 0, 0, 0x20, FrameKind::kNative, false});
+  p.stacks.push_back({{3}, false});
+  p.threads.push_back({0, 43, "worker", 0, 0});
+  p.stack_values.push_back({1, 2, {40000, 0, 40000, 0}});  // 4 samples of 10 ms, all in the window
+  for (int i = 0; i < 4; ++i) p.samples.push_back({1, 2, 1600 + i * 100, 1});
+  tools::fill_window_lines(p, p.serving);
+  EXPECT_EQ(p.serving.window_cpu_us, 115000);
+  EXPECT_EQ(p.serving.window_line_cpu_us, 75000);  // 65%
+  ASSERT_TRUE(validate_profile(p).ok()) << validate_profile(p).error;
+  const std::string t = report::text_summary(p, {});
+  EXPECT_NE(t.find("(the lines hold 65% of the steady state's CPU; the other 35% ran in code without a source line"),
+            std::string::npos) << t;
+  auto j = nlohmann::json::parse(report::export_json(p));
+  EXPECT_DOUBLE_EQ(j["serving"]["per_request"]["lines_cpu_share"].get<double>(), 0.652);
+  EXPECT_DOUBLE_EQ(j["serving"]["per_request"]["cpu_ms_per_request"].get<double>(), 23.0);  // 115 ms / 5
+  EXPECT_NE(j["serving"]["per_request"]["lines_note"].get<std::string>().find("65%"), std::string::npos);
+  // At 90% or more nothing is said; a profile without the figures (before 1.4) says nothing either.
+  p.serving.window_line_cpu_us = 103500;
+  EXPECT_EQ(report::serving_detail::line_coverage_note(p.serving), "");
+  p.serving.window_line_cpu_us = 103499;
+  EXPECT_NE(report::serving_detail::line_coverage_note(p.serving), "");
+  p.serving.window_cpu_us = p.serving.window_line_cpu_us = 0;
+  EXPECT_EQ(report::serving_detail::line_coverage_note(p.serving), "");
+  j = nlohmann::json::parse(report::export_json(p));
+  EXPECT_FALSE(j["serving"]["per_request"].contains("lines_cpu_share"));
 }
 
 // The collector's "[Python garbage collector]" frame (the preload saw gc.collecting on the GIL
