@@ -33,6 +33,21 @@ int64_t share(const Rows& r, const RowKey& k, uint32_t metric, uint32_t weight) 
 
 bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
 
+// The C runtime's frames that start a thread or the program (glibc's, with line information where
+// its debug symbols are installed): every stack ends in one, so as a line they would take the
+// CPU of any code without lines above them (a thread pool's worker read "start_thread
+// pthread_create.c:442"); such CPU is in no line instead. Indexed by frame.
+std::vector<bool> start_frames(const profile::Profile& p) {
+  std::vector<bool> out(p.frames.size(), false);
+  for (size_t i = 0; i < p.frames.size(); ++i) {
+    const std::string& fn = p.str(p.frames[i].function);
+    for (const char* name : {"start_thread", "__libc_start_call_main", "__libc_start_main", "__libc_start_main_impl",
+                             "_start", "clone", "clone3", "__clone", "__clone3"})
+      if (fn == name) out[i] = true;
+  }
+  return out;
+}
+
 // Frames of mlprof's own preload (its allocator wrappers, its signal handler): not the service's
 // code; the per-request lines count them at the line that called them.
 std::vector<bool> own_modules(const profile::Profile& p) {
@@ -116,7 +131,7 @@ void fill_window_lines(profile::Profile& p, profile::Serving& s, size_t max_line
   };
   std::map<std::tuple<uint32_t, uint32_t, uint32_t>, Acc> acc;  // file, line, function
   std::set<std::tuple<uint32_t, uint32_t, uint32_t>> seen;
-  const std::vector<bool> own = own_modules(p);
+  const std::vector<bool> own = own_modules(p), start = start_frames(p);
   for (auto& smp : p.samples) {
     if (smp.t_ns < s.window_start_ns || smp.t_ns >= s.window_end_ns || smp.stack >= p.stacks.size()) continue;
     const int64_t c = share(rows, {smp.thread, smp.stack}, cpu, smp.weight);
@@ -127,7 +142,7 @@ void fill_window_lines(profile::Profile& p, profile::Serving& s, size_t max_line
     bool self_done = false;
     for (size_t i = 0; i < frames.size(); ++i) {
       const auto& f = p.frames.at(frames[i]);
-      if (f.line == 0 || f.file == 0 || (f.module < own.size() && own[f.module])) continue;
+      if (f.line == 0 || f.file == 0 || (f.module < own.size() && own[f.module]) || start[frames[i]]) continue;
       auto key = std::make_tuple(f.file, f.line, f.function);
       if (!self_done) acc[key].self += c, self_done = true, s.window_line_cpu_us += c;  // the innermost line: code without line info below it counts here
       if (seen.insert(key).second) acc[key].total += c;

@@ -439,6 +439,38 @@ TEST(Serving, RetainedBytesPerRequestFindTheLeakWithinFifteenPercent) {
   EXPECT_EQ(j["per_request"]["sites"][0]["retained_resolved"], true);
 }
 
+// The per-line table holds the CPU of stacks with a source line: all of the test server's (built
+// with -g), part of a copy without its debug information (its spin loop's own code has no line;
+// the libc functions it calls may, where glibc's debug symbols are installed). Below 90% the
+// summary says so; the C runtime's start frames (start_thread, __libc_start_call_main) never
+// stand in for the missing lines.
+TEST(Serving, LinesSayWhatShareOfTheCpuTheyHold) {
+  const std::string dir = scratch();
+  const std::string stripped = fixture("fixture_http_server.nodebug");  // objcopy --strip-debug (serving.cmake)
+  for (const std::string& server : {fixture("fixture_http_server"), stripped}) {
+    const int port = free_port();
+    Profiled r = profile_run({server, std::to_string(port), "--spin-us", "3000"},
+                             {"--requests", write_bodies(dir, 7), "--url", "http://127.0.0.1:" + std::to_string(port) + "/score",
+                              "--max-requests", "120", "--warmup", "10", "--duration", "60"});
+    ASSERT_TRUE(r.ok);
+    ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+    const auto& sv = r.profile.serving;
+    ASSERT_GT(sv.window_cpu_us, 200000) << server;  // 110 x 3 ms of spin
+    const double share = static_cast<double>(sv.window_line_cpu_us) / static_cast<double>(sv.window_cpu_us);
+    for (const auto& l : sv.lines)
+      EXPECT_NE(r.profile.str(l.function), "start_thread") << server << ": a thread's start frame as a line";
+    auto j = export_serving(r.path);
+    if (server == stripped) {
+      EXPECT_LT(share, 0.9) << server;
+      EXPECT_NE(j["per_request"]["lines_note"].get<std::string>().find("ran in code without a source line"),
+                std::string::npos);
+    } else {
+      EXPECT_GE(share, 0.95) << server;
+      EXPECT_EQ(j["per_request"]["lines_note"], "");
+    }
+  }
+}
+
 TEST(Serving, NoProfileRunsTheSameLoadWithoutThePreload) {
   Served s = serve({"--max-requests", "50", "--no-profile", "--duration", "60"}, {});
   ASSERT_TRUE(s.run.ok);
