@@ -15,7 +15,7 @@ namespace mlprof::profile {
 
 inline constexpr uint16_t kFormatMajor = 1, kFormatMinor = 4;  // 1.1: memory and leak sections; 1.2: serving, gpu;
                                                                // 1.3: serving window_copy_bytes, status -1;
-                                                               // 1.4: serving sites' retained_samples
+                                                               // 1.4: serving sites' retained_samples, window CPU
 
 // The first 8 bytes of every profile file. Distinct from the wire stream magic "MLPW".
 inline constexpr uint8_t kFileMagic[8] = {'M', 'L', 'P', 'R', 'O', 'F', 0x00, 0x1a};
