@@ -51,7 +51,7 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
   else
     out += "  recommended: none (the replay did not run to its end)\n";
   const uint64_t n = s.window_requests;
-  if (n && !s.lines.empty()) {
+  if (n && (!s.lines.empty() || s.window_cpu_us > 0)) {  // no line at all: the note says so
     // By self (the innermost line of each sample): the lines that cost, not the frames around them.
     const auto by_self = serving_detail::lines_by_self(s);
     out += "  CPU per request (steady state), by line: self / total ms\n";

@@ -156,6 +156,13 @@ TEST(ServingWindow, CpuWithoutALineIsToldApart) {
   EXPECT_EQ(report::serving_detail::line_coverage_note(p.serving), "");
   p.serving.window_line_cpu_us = 103499;
   EXPECT_NE(report::serving_detail::line_coverage_note(p.serving), "");
+  // No line at all (a server without debug information, glibc without its symbols): the table is
+  // empty and the note still says why.
+  Profile none = p;
+  none.serving.lines.clear();
+  none.serving.window_line_cpu_us = 0;
+  EXPECT_NE(report::text_summary(none, {}).find("(the lines hold 0% of the steady state's CPU"), std::string::npos)
+      << report::text_summary(none, {});
   p.serving.window_cpu_us = p.serving.window_line_cpu_us = 0;
   EXPECT_EQ(report::serving_detail::line_coverage_note(p.serving), "");
   j = nlohmann::json::parse(report::export_json(p));
