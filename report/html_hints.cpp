@@ -83,6 +83,11 @@ void serving_hints(const Profile& p, const RuntimeLines& runtime, std::vector<Hi
   const double per_request_ms = a >= 0 && b > a ? (b - a) / 1e6 / n : 0.0;
   auto by_self = serving_detail::lines_by_self(s);
   const bool passed_over = !by_self.empty() && runtime.contains(by_self[0]->function, by_self[0]->file);
+  // When the runtime lines passed over are the GIL changing hands, the advice says so
+  // (tools/serving_advice.cpp): the first hint points there instead of leaving them unexplained.
+  const bool gil_advice = std::any_of(s.advice.begin(), s.advice.end(), [](const std::string& a) {
+    return a.find("goes to handing the GIL between threads") != std::string::npos;
+  });
   by_self.erase(std::remove_if(by_self.begin(), by_self.end(),
                                [&](const profile::ServingLine* l) { return runtime.contains(l->function, l->file); }),
                 by_self.end());
@@ -98,9 +103,13 @@ void serving_hints(const Profile& p, const RuntimeLines& runtime, std::vector<Hi
     const bool tied = by_self.size() > 1 && by_self[1]->self_us == by_self[0]->self_us;
     out->push_back({"serving-line", "info",
                     i == 0 ? fmt::format("In the steady state, {} costs {:.3f} ms of CPU per request{}, the most of "
-                                         "any line{}{}: start with this line.",
+                                         "any line{}{}: start with this line.{}",
                                          place, ms, of, passed_over ? " outside the C runtime and the interpreter" : "",
-                                         tied ? ", tied with others (the window has few samples)" : "")
+                                         tied ? ", tied with others (the window has few samples)" : "",
+                                         passed_over && gil_advice
+                                             ? " The C runtime's lines above it are the service's threads handing the "
+                                               "GIL over: see the advice in the Serving section."
+                                             : "")
                            : fmt::format("In the steady state, {} costs {:.3f} ms of CPU per request{}.", place, ms, of),
                     p.str(l.file), l.line, fn});
   }

@@ -323,6 +323,16 @@ TEST(HtmlHints, AServingRunLeadsWithTheSteadyStatePerRequest) {
   EXPECT_NE(hs[0].text.find("the most of any line outside the C runtime and the interpreter: start"), std::string::npos)
       << hs[0].text;
   for (const auto& h : hs) EXPECT_NE(h.file, "nptl/futex-internal.c") << h.text;
+  EXPECT_EQ(hs[0].text.find("handing the GIL"), std::string::npos) << hs[0].text;
+  // When the advice names the GIL's handoffs, the first hint points there.
+  s.advice = {"19% of the steady-state CPU (0.18 ms per request) goes to handing the GIL between threads (...)."};
+  hs = report::hints(p);
+  EXPECT_EQ(hs[0].line, 40u) << hs[0].text;
+  EXPECT_NE(hs[0].text.find("The C runtime's lines above it are the service's threads handing the GIL over: see the "
+                            "advice in the Serving section."),
+            std::string::npos)
+      << hs[0].text;
+  s.advice.clear();
   s.lines.pop_back();
   // Two lines with the same CPU (a short window's few samples): neither is called the most.
   s.lines[0].self_us = 20'000;
