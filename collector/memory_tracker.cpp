@@ -7,6 +7,12 @@ namespace mlprof::collector {
 namespace {
 // A sampled weight above 1 TiB is a damaged stream; clamping keeps every sum far from overflow.
 constexpr uint64_t kMaxWeight = uint64_t{1} << 40;
+
+// A sampled block of `site` freed inside the window: its bytes and one sample fewer retained.
+void window_free(MemSite& site, uint64_t weight) {
+  site.win_free_bytes += static_cast<int64_t>(weight);
+  if (weight > 0) --site.win_net_samples;
+}
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
@@ -155,10 +161,7 @@ void MemoryTracker::alloc(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_
   }
   if (!pending_.empty()) {  // its FREE came first (another thread's ring)
     if (auto it = pending_.find(id); it != pending_.end()) {
-      if (window_ && window_->contains(it->second)) {
-        sites_[si].win_free_bytes += static_cast<int64_t>(weight);
-        if (weight > 0) --sites_[si].win_net_samples;
-      }
+      if (window_ && window_->contains(it->second)) window_free(sites_[si], weight);
       pending_.erase(it);
       return;
     }
@@ -189,10 +192,7 @@ void MemoryTracker::free(uint64_t id, int64_t t_ns) {
     return;
   }
   const Live e = *slot;
-  if (window_ && window_->contains(t_ns)) {
-    sites_[e.site].win_free_bytes += static_cast<int64_t>(e.weight);
-    if (e.weight > 0) --sites_[e.site].win_net_samples;
-  }
+  if (window_ && window_->contains(t_ns)) window_free(sites_[e.site], e.weight);
   if (e.weight > 0) before_decrease();
   live_.erase(slot);
   change_live(sites_[e.site], e, -1);

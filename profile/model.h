@@ -207,6 +207,10 @@ struct ServingLine {
 
 inline constexpr int64_t kRetainedSamplesUnknown = INT64_MIN;
 
+// The words of the serving advice (Serving::advice, tools/serving_advice.cpp) that name the GIL's
+// handoffs between threads; the report's first serving hint looks for them.
+inline constexpr const char* kGilHandoffAdvice = "goes to handing the GIL between threads";
+
 // Allocations of one allocation stack over the steady window (estimates, like the memory metrics).
 struct ServingSite {
   uint32_t stack = 0;         // index into Profile::stacks

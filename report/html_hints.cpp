@@ -86,7 +86,7 @@ void serving_hints(const Profile& p, const RuntimeLines& runtime, std::vector<Hi
   // When the runtime lines passed over are the GIL changing hands, the advice says so
   // (tools/serving_advice.cpp): the first hint points there instead of leaving them unexplained.
   const bool gil_advice = std::any_of(s.advice.begin(), s.advice.end(), [](const std::string& a) {
-    return a.find("goes to handing the GIL between threads") != std::string::npos;
+    return a.find(profile::kGilHandoffAdvice) != std::string::npos;
   });
   by_self.erase(std::remove_if(by_self.begin(), by_self.end(),
                                [&](const profile::ServingLine* l) { return runtime.contains(l->function, l->file); }),

@@ -48,6 +48,15 @@ inline std::string line_coverage_note(const profile::Serving& s) {
            pct, 100.0 - pct);
   return buf;
 }
+// The note under a sites table that shows ~0 (profile::retained_resolved false).
+inline std::string retained_noise_note() {
+  char buf[200];
+  snprintf(buf, sizeof buf,
+           "~0: fewer than %d sampled blocks kept in the window, what its last requests still held: no leak at this "
+           "sampling interval; a smaller --mem-interval resolves smaller ones",
+           static_cast<int>(profile::kMinRetainedSamples));
+  return buf;
+}
 }  // namespace serving_detail
 
 template <class Json>
@@ -134,6 +143,8 @@ Json serving_json(const profile::Profile& p) {
     o["per_request"]["lines_cpu_share"] = round3(static_cast<double>(s.window_line_cpu_us) / s.window_cpu_us);
   }
   o["per_request"]["lines_note"] = line_coverage_note(s);
+  const bool noise = std::any_of(s.sites.begin(), s.sites.end(), [](const auto& x) { return !profile::retained_resolved(x); });
+  o["per_request"]["sites_note"] = noise ? retained_noise_note() : "";
   return o;
 }
 

@@ -74,10 +74,7 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
                          bytes(static_cast<double>(x.alloc_bytes) / n),
                          clean(detail::truncate_display(detail::site_label(p, x.stack), 80)));
     }
-    if (noise)
-      out += fmt::format("    (~0: fewer than {} sampled blocks kept in the window, what its last requests still held: "
-                         "no leak at this sampling interval; a smaller --mem-interval resolves smaller ones)\n",
-                         profile::kMinRetainedSamples);
+    if (noise) out += "    (" + serving_detail::retained_noise_note() + ")\n";
   }
   for (const auto& a : s.advice) out += "  advice: " + clean(a) + "\n";
   return out;

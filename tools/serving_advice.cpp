@@ -120,12 +120,13 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
         pct(w.matmul_us, w.total_us)));
   if (enough && w.gil_us * 10 >= w.total_us)
     out.push_back(fmt::format(
-        "{} of the steady-state CPU ({} ms per request) goes to handing the GIL between threads "
+        "{} of the steady-state CPU ({} ms per request) {} "
         "(PyEval_SaveThread / PyEval_RestoreThread: a thread lets go of it around each blocking call, and waking "
         "the next one or waiting to take it back costs system calls): serve from several single-threaded worker "
         "processes instead of threads, or make fewer blocking calls per request.",
         pct(w.gil_us, w.total_us),
-        fmt::format("{:.2f}", s.window_requests ? w.gil_us / 1000.0 / s.window_requests : 0.0)));
+        fmt::format("{:.2f}", s.window_requests ? w.gil_us / 1000.0 / s.window_requests : 0.0),
+        profile::kGilHandoffAdvice));
   if (s.window_requests > 0) {
     const double per = static_cast<double>(s.window_copy_bytes) / static_cast<double>(s.window_requests);
     if (per >= 1048576.0)

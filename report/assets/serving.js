@@ -130,8 +130,7 @@
         { title: "allocations/request", cls: "num", key: function (r) { return r.alloc_count_per_request; }, text: function (r) { return num(r.alloc_count_per_request, 2); } },
         { title: "site", cls: "name", key: function (r) { return r.site.toLowerCase(); }, text: function (r) { return r.site; } },
       ], per.sites, { sortIndex: 0, descending: true, showAll: false }).render();
-      if (per.sites.some(function (r) { return r.retained_resolved === false; }))
-        host.appendChild(M.el("p", { cls: "note", text: "~0: fewer than 3 sampled blocks kept in the window, what its last requests still held: no leak at this sampling interval (a smaller --mem-interval resolves smaller ones)." }));
+      if (per.sites_note) host.appendChild(M.el("p", { cls: "note", text: per.sites_note + "." }));
     }
     M.test.serving = {
       requests: series ? series.requests : 0, answered: series ? series.answered : 0, steady: series ? series.steady : 0,

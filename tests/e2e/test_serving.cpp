@@ -557,7 +557,7 @@ TEST(Serving, GilHandoffBetweenThreadsIsNamedInTheAdvice) {
     EXPECT_EQ(sv.success_queries, 400u);
     bool named = false, too_few = false;
     for (auto& a : sv.advice) {
-      named = named || a.find("goes to handing the GIL between threads") != std::string::npos;
+      named = named || a.find(profile::kGilHandoffAdvice) != std::string::npos;
       too_few = too_few || a.find("too little to say") != std::string::npos;
     }
     ASSERT_FALSE(too_few) << "concurrency " << conc << ": " << ::testing::PrintToString(sv.advice);
