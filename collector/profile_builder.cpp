@@ -7,6 +7,7 @@
 
 #include "collector/gpu_profile.h"
 #include "collector/leaks.h"
+#include "collector/pool_attribution.h"
 #include "collector/python_frames.h"
 #include "collector/symbolizer.h"
 #include "fmt/format.h"
@@ -167,19 +168,40 @@ class Builder {
     // Wall mode: a wait sample weighs wall ticks (the stream's wall period); CPU samples count as
     // wall time too. A wait sample in a CPU-mode profile has no column: it is skipped.
     const int64_t wall_period = s.wall_period_ns > 0 ? s.wall_period_ns : s.period_ns;
+    // The stack each sample is charged to: its own, or for a thread-pool worker's, the one that
+    // started its work (collector/pool_attribution.h).
+    std::vector<PoolSample> charged;
+    charged.reserve(s.samples.size());
     for (auto& smp : s.samples) {
+      auto it = stack_map.find(smp.stack);
+      if (it == stack_map.end()) {
+        charged.push_back({profile::kNone, smp.t_ns, false});
+        continue;
+      }
+      charged.push_back({it->second.stack, smp.t_ns, !it->second.wait});
+    }
+    auto unnamed_start = [this](uint32_t frame) {
+      auto it = unnamed_starts_.find(frame);
+      return it == unnamed_starts_.end() ? kNoFunctionStart : it->second;
+    };
+    const PoolCounts pool = charge_pool_workers(
+        p_, charged, unnamed_start, [this] { return pool_frame(); },
+        [this](std::vector<uint32_t> frames, bool truncated) { return intern_stack(std::move(frames), truncated); });
+    for (size_t i = 0; i < s.samples.size(); ++i) {
+      const auto& smp = s.samples[i];
       auto it = stack_map.find(smp.stack);
       if (it == stack_map.end()) continue;  // stack record lost (stream cut): nothing to attribute
       const SymbolizedStack& st = it->second;
       if (st.wait && !wall_) continue;
       uint32_t thread = thread_map[smp.thread];
-      auto& v = ns[{thread, st.stack}];
+      const uint32_t stack = charged[i].stack;
+      auto& v = ns[{thread, stack}];
       if (v.empty()) v.assign(metric_count_, 0);
       if (st.wait) {
         int64_t t = static_cast<int64_t>(smp.weight) * wall_period;
         v[kWait] += t;
         v[kWall] += t;
-        p_.samples.push_back({thread, st.stack, smp.t_ns, smp.weight});
+        p_.samples.push_back({thread, stack, smp.t_ns, smp.weight});
         continue;
       }
       int64_t t = static_cast<int64_t>(smp.weight) * s.period_ns;
@@ -195,7 +217,7 @@ class Builder {
         transitions += st.eval_transition;
         gil_held += st.gil_held;
       }
-      p_.samples.push_back({thread, st.stack, smp.t_ns, smp.weight});
+      p_.samples.push_back({thread, stack, smp.t_ns, smp.weight});
     }
     for (auto& [key, v] : ns)
       for (uint32_t m = 0; m < time_metrics_; ++m) v[m] /= 1000;  // ns -> us
@@ -203,6 +225,10 @@ class Builder {
     if (s.gpu.active()) add_gpu(s, proc_index, thread_map, stack_map, ns);
     for (auto& [key, v] : ns) p_.stack_values.push_back({key.first, key.second, std::move(v)});
     auto& proc_ref = p_.processes[proc_index];
+    if (pool.worker_samples > 0) {
+      proc_ref.counters["pool_worker_samples"] = pool.worker_samples;
+      proc_ref.counters["pool_worker_samples_charged"] = pool.charged;
+    }
     if (s.python.present) {
       proc_ref.counters["python_samples"] = python_samples;
       proc_ref.counters["python_merge_failures"] = merge_failed;
@@ -420,6 +446,7 @@ class Builder {
       f.inlined = sf.inlined;
       out->push_back(intern_frame(f));
     }
+    if (r.unnamed_start != SymResult::kNoStart) unnamed_starts_[out->back()] = r.unnamed_start;
     if (!r.frames.empty() && is_eval_function(r.frames.back().function)) *is_eval = true;
   }
 
@@ -445,6 +472,24 @@ class Builder {
     f.kind = profile::FrameKind::kNative;
     f.function = strings_.intern(std::string(profile::kGcFrameName));
     return intern_frame(f);
+  }
+
+  uint32_t pool_frame() {
+    Frame f;
+    f.kind = profile::FrameKind::kNative;
+    f.function = strings_.intern(std::string(profile::kPoolWorkersFrameName));
+    return intern_frame(f);
+  }
+
+  uint32_t intern_stack(std::vector<uint32_t> frames, bool truncated) {
+    profile::Stack stack;
+    stack.frames = std::move(frames);
+    stack.truncated = truncated;
+    auto key = stack.frames;
+    key.push_back(stack.truncated ? 1u : 0u);
+    auto [it, inserted] = stacks_.try_emplace(std::move(key), static_cast<uint32_t>(p_.stacks.size()));
+    if (inserted) p_.stacks.push_back(std::move(stack));
+    return it->second;
   }
 
   SymbolizedStack symbolize_stack(const ProcessStream& s, const std::vector<int>& handles, const RawStack& st) {
@@ -519,14 +564,8 @@ class Builder {
       }
     }
 
-    profile::Stack stack;
-    stack.frames = std::move(ids);
-    stack.truncated = (st.flags & (wire::kStackTruncated | wire::kStackUnwindStop | wire::kStackLeafOnly)) != 0;
-    auto key = stack.frames;
-    key.push_back(stack.truncated ? 1u : 0u);
-    auto [it, inserted] = stacks_.try_emplace(std::move(key), static_cast<uint32_t>(p_.stacks.size()));
-    if (inserted) p_.stacks.push_back(std::move(stack));
-    out.stack = it->second;
+    out.stack = intern_stack(std::move(ids),
+                             (st.flags & (wire::kStackTruncated | wire::kStackUnwindStop | wire::kStackLeafOnly)) != 0);
     return out;
   }
 
@@ -537,6 +576,7 @@ class Builder {
   Symbolizer sym_;
   std::unordered_map<Frame, uint32_t, FrameKeyHash> frames_;
   std::unordered_map<std::vector<uint32_t>, uint32_t, StackKeyHash> stacks_;
+  std::unordered_map<uint32_t, uint64_t> unnamed_starts_;  // frame -> its function's start (SymResult)
   std::string python_seen_;
   uint64_t merge_failed_ = 0, python_samples_ = 0;
   bool wall_ = false, memory_ = false, gpu_ = false;

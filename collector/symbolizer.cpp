@@ -111,6 +111,11 @@ struct FileState {
   std::unordered_map<uint64_t, SymResult> cache;  // by file-relative offset; nodes are stable
 
   std::unordered_map<Dwarf_Off, std::string> qualifiers;  // see collect_functions
+  // Function starts from .eh_frame_hdr's search table, sorted (read on the first unnamed pc).
+  std::vector<uint64_t> fde_starts;
+  bool fde_loaded = false;
+  void index_fdes();
+  uint64_t fde_start(uint64_t offset);
 
   void index_symbols();
   std::string symbol_name(Dwarf_Addr addr);
@@ -150,6 +155,44 @@ void FileState::index_symbols() {
     while (j < symbols.size() && symbols[j].start == symbols[i].start) ++j;
     symbols[i].end = j < symbols.size() ? symbols[j].start : symbols[i].start + 1;
   }
+}
+
+// .eh_frame_hdr (LSB): version 1, the encodings of eh_frame_ptr, fde_count and the table, then
+// eh_frame_ptr, fde_count and fde_count (initial location, FDE address) pairs sorted by location.
+// Only the table every toolchain here writes is read: fde_count udata4, pairs datarel sdata4.
+void FileState::index_fdes() {
+  fde_loaded = true;
+  GElf_Addr bias = 0;
+  Elf* elf = mod ? dwfl_module_getelf(mod, &bias) : nullptr;
+  size_t shstrndx = 0;
+  if (elf == nullptr || elf_getshdrstrndx(elf, &shstrndx) != 0) return;
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    const char* name = gelf_getshdr(scn, &shdr) ? elf_strptr(elf, shstrndx, shdr.sh_name) : nullptr;
+    if (name == nullptr || std::strcmp(name, ".eh_frame_hdr") != 0 || shdr.sh_type == SHT_NOBITS) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr || data->d_size < 12) return;
+    const auto* b = static_cast<const uint8_t*>(data->d_buf);
+    // version 1; eh_frame_ptr: pcrel sdata4 (0x1b); fde_count: udata4 (0x03); table: datarel sdata4 (0x3b).
+    if (b[0] != 1 || b[1] != 0x1b || b[2] != 0x03 || b[3] != 0x3b) return;
+    uint32_t count = 0;
+    std::memcpy(&count, b + 8, 4);
+    if (data->d_size < 12 + uint64_t{count} * 8) return;
+    fde_starts.reserve(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      int32_t rel = 0;
+      std::memcpy(&rel, b + 12 + uint64_t{i} * 8, 4);
+      fde_starts.push_back(shdr.sh_addr + static_cast<int64_t>(rel));
+    }
+    std::sort(fde_starts.begin(), fde_starts.end());
+    return;
+  }
+}
+
+uint64_t FileState::fde_start(uint64_t offset) {
+  if (!fde_loaded) index_fdes();
+  auto it = std::upper_bound(fde_starts.begin(), fde_starts.end(), offset);
+  return it == fde_starts.begin() ? SymResult::kNoStart : *std::prev(it);
 }
 
 // Demangled name of the function symbol containing addr, or "".
@@ -399,6 +442,7 @@ SymResult Symbolizer::Impl::lookup(FileState& f, uint64_t offset) {
   out.module_offset = offset;
   if (f.mod != nullptr) add_frames(f, offset + f.lookup_bias, out);
   if (out.frames.empty()) out.frames.emplace_back();
+  if (f.mod != nullptr && out.frames.back().function.empty()) out.unnamed_start = f.fde_start(offset);
   return out;
 }
 

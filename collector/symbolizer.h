@@ -34,6 +34,10 @@ struct SymResult {
   // Innermost first: inlined callees, then the containing function. Never empty.
   std::vector<SymFrame> frames;
   uint64_t module_offset = 0;  // file-relative address looked up (pc - bias, -1 for return addrs)
+  // For a pc in no named function: the file-relative start of the function containing it, from
+  // the unwind table (.eh_frame_hdr, present in stripped files too); kNoStart when not known.
+  static constexpr uint64_t kNoStart = UINT64_MAX;
+  uint64_t unnamed_start = kNoStart;
 };
 
 class Symbolizer {

@@ -21,6 +21,9 @@ enum class FrameKind : uint8_t {
 // The frame the collector puts between a Python line and the native frames of a garbage collection
 // that line triggered (the preload saw the interpreter's gc.collecting set on the GIL holder).
 inline constexpr const char* kGcFrameName = "[Python garbage collector]";
+// The frame the collector puts between a thread-pool worker's frames and the callers, on the thread
+// that started the work, of the function the worker ran (collector/pool_attribution.h).
+inline constexpr const char* kPoolWorkersFrameName = "[thread-pool workers]";
 
 // One frame of a symbolized stack. String fields are indexes into Profile::strings (0 is "").
 struct Frame {

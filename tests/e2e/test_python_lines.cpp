@@ -248,6 +248,82 @@ TEST_P(PythonCThread, ThreadStartedFromCHasItsPythonLine) {
   EXPECT_LE(counter_sum(p, "python_merge_failures") * 100, counter_sum(p, "python_samples"));
 }
 
+// Work handed to an OpenMP team from two Python lines, one with twice the other's (pool.py): the
+// workers' CPU is charged to the line that started it, under the marker frame, on the workers' own
+// threads; a thread the library starts itself, no pool's, keeps its own stacks (ground truth:
+// tests/fixtures/python_pool.c).
+class PythonPool : public ::testing::TestWithParam<Interpreter> {};
+
+TEST_P(PythonPool, WorkersCpuIsChargedToTheLineThatStartedIt) {
+  // Passive waiting: the workers sleep between teams instead of spinning, so their CPU is the
+  // work's alone.
+  Profiled run = profile_run({GetParam().path, kDir + "pool.py", fixture("libfixture_python_pool.so"), "60"}, {},
+                             {"OMP_NUM_THREADS=2", "OMP_WAIT_POLICY=passive"});
+  ASSERT_TRUE(run.ok);
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.err;
+  EXPECT_EQ(run.result.out, "ok True\n");
+  const auto& p = run.profile;
+  const std::string file = kDir + "pool.py";
+  const uint32_t heavy = marker_line(file, "# POOL-HEAVY"), light = marker_line(file, "# POOL-LIGHT"),
+                 plain = marker_line(file, "# PLAIN-THREAD");
+  auto named = [&](uint32_t f, const char* prefix) { return p.str(p.frames.at(f).function).rfind(prefix, 0) == 0; };
+  auto on_line = [&](const std::vector<uint32_t>& frames, uint32_t line) {
+    const size_t i = innermost_python(p, frames);
+    return i < frames.size() && p.frames[frames[i]].line == line && p.str(p.frames[frames[i]].file) == file;
+  };
+  const uint32_t pid = p.processes.at(0).pid;
+  int64_t team = 0, worker_work = 0, worker_charged = 0, plain_cpu = 0, plain_on_lines = 0;
+  std::map<uint32_t, int64_t> worker_by_line;
+  for (auto& sv : p.stack_values) {
+    const auto& frames = p.stacks.at(sv.stack).frames;
+    const int64_t v = sv.values.at(cpu(p));
+    const bool in_team = std::any_of(frames.begin(), frames.end(), [&](uint32_t f) { return named(f, "omp_burn._omp_fn"); });
+    team += in_team ? v : 0;
+    if (p.threads.at(sv.thread).tid == pid) continue;
+    if (std::any_of(frames.begin(), frames.end(), [&](uint32_t f) { return named(f, "plain_worker"); })) {
+      plain_cpu += v;
+      plain_on_lines += innermost_python(p, frames) < frames.size() ? v : 0;
+    }
+    if (!in_team) continue;
+    worker_work += v;
+    auto marker = std::find_if(frames.begin(), frames.end(), [&](uint32_t f) { return named(f, profile::kPoolWorkersFrameName); });
+    if (marker == frames.end() || !(on_line(frames, heavy) || on_line(frames, light))) continue;
+    worker_charged += v;
+    worker_by_line[on_line(frames, heavy) ? heavy : light] += v;
+    // Spliced at the call that started the team: the worker's own frames above the marker, the
+    // starting thread's GOMP_parallel below it.
+    EXPECT_TRUE(marker + 1 != frames.end() && named(*(marker + 1), "GOMP_parallel"))
+        << "below the marker: " << (marker + 1 == frames.end() ? "nothing" : p.str(p.frames[*(marker + 1)].function));
+    EXPECT_TRUE(named(*(marker - 1), "omp_burn._omp_fn")) << p.str(p.frames[*(marker - 1)].function);
+  }
+  // The team had a worker doing about half of the work (static schedule over two threads), and
+  // nearly all of the worker's CPU is charged to the lines.
+  ASSERT_GT(worker_work, team / 4) << "the worker thread did little of the team's work";
+  EXPECT_GE(worker_charged, worker_work * 95 / 100) << "of the worker's " << worker_work << " us";
+  // Each team's to its own line: 2:1 by work. (CPU per unit of work varies on a busy machine whose
+  // two CPUs are one core's hyperthreads, hence the wide bounds; one line taking it all is far out.)
+  const int64_t wh = worker_by_line[heavy], wl = worker_by_line[light];
+  EXPECT_GT(wh * 10, wl * 12) << "worker at heavy " << wh << " us, at light " << wl << " us";
+  EXPECT_LT(wh * 10, wl * 33) << "worker at heavy " << wh << " us, at light " << wl << " us";
+  // The lines hold the whole team's CPU, both threads', as the line's native time.
+  auto lines = python_lines(p);
+  EXPECT_GE((lines[{file, heavy}] + lines[{file, light}]), team * 95 / 100);
+  for (auto& line : p.lines)
+    if (p.str(line.file) == file && line.line == heavy)
+      EXPECT_GE(line.self.at(p.metric("cpu-native")), line.self.at(cpu(p)) * 9 / 10);
+  // The library's own thread is no pool's: its CPU stays off the lines.
+  EXPECT_GT(plain_cpu, 20000);
+  EXPECT_EQ(plain_on_lines, 0);
+  EXPECT_LT((lines[{file, plain}]), plain_cpu / 4);
+  const auto& counters = p.processes.at(0).counters;
+  ASSERT_TRUE(counters.count("pool_worker_samples_charged"));
+  EXPECT_GE(counters.at("pool_worker_samples_charged") * 100, counters.at("pool_worker_samples") * 90);
+}
+
+INSTANTIATE_TEST_SUITE_P(Interpreters, PythonPool, ::testing::ValuesIn(e2e::supported_interpreters()),
+                         [](const ::testing::TestParamInfo<e2e::Interpreter>& i) { return i.param.name(); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonPool);
+
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonCThread, ::testing::ValuesIn(e2e::supported_interpreters()),
                          [](const ::testing::TestParamInfo<e2e::Interpreter>& i) { return i.param.name(); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonCThread);
