@@ -108,6 +108,18 @@ std::string header(const Profile& prof, const Style& st, uint32_t m, int64_t gra
                                                   static_cast<int64_t>(c.samples + c.dropped())));
   }
   kv("Samples:", samples);
+  // Thread-pool workers' samples charged to the line that started their work
+  // (collector/pool_attribution.h): how many, so a worker table that still shows its own frames is
+  // explained.
+  uint64_t pool = 0, pool_charged = 0;
+  for (const auto& proc : prof.processes) {
+    if (auto it = proc.counters.find("pool_worker_samples"); it != proc.counters.end()) pool += it->second;
+    if (auto it = proc.counters.find("pool_worker_samples_charged"); it != proc.counters.end()) pool_charged += it->second;
+  }
+  if (pool > 0)
+    kv("Thread pools:", fmt::format("{} of {} worker samples ({}) charged to the lines that started their work",
+                                    pool_charged, pool,
+                                    detail::format_percent(static_cast<int64_t>(pool_charged), static_cast<int64_t>(pool))));
   kv("Sampling:", fmt::format("{} Hz requested, timer {}", prof.run.rate_hz,
                               prof.run.timer.empty() ? "-" : clean(prof.run.timer)));
   if (m != profile::kNone) {

@@ -318,6 +318,12 @@ TEST_P(PythonPool, WorkersCpuIsChargedToTheLineThatStartedIt) {
   const auto& counters = p.processes.at(0).counters;
   ASSERT_TRUE(counters.count("pool_worker_samples_charged"));
   EXPECT_GE(counters.at("pool_worker_samples_charged") * 100, counters.at("pool_worker_samples") * 90);
+  // The summary says how many were charged.
+  RunResult report = e2e::run({MLPROF_CLI, "report", run.path});
+  EXPECT_NE(report.out.find("Thread pools: " + std::to_string(counters.at("pool_worker_samples_charged")) + " of " +
+                            std::to_string(counters.at("pool_worker_samples")) + " worker samples"),
+            std::string::npos)
+      << report.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonPool, ::testing::ValuesIn(e2e::supported_interpreters()),

@@ -52,6 +52,19 @@ TEST(ReportSummary, HeaderFacts) {
   EXPECT_TRUE(has(s, "100.0 ms cpu")) << s;  // grand total
 }
 
+// Thread-pool workers' samples charged to the starting lines: counted over processes, said only
+// when a process had pool workers.
+TEST(ReportSummary, ThreadPoolWorkersChargedAreCounted) {
+  auto p = make_report_profile();
+  EXPECT_FALSE(has(text_summary(p, {}), "Thread pools:"));
+  p.processes.at(0).counters["pool_worker_samples"] = 30;
+  p.processes.at(0).counters["pool_worker_samples_charged"] = 27;
+  p.processes.at(1).counters["pool_worker_samples"] = 10;
+  p.processes.at(1).counters["pool_worker_samples_charged"] = 5;
+  const std::string s = text_summary(p, {});
+  EXPECT_TRUE(has(s, "Thread pools: 32 of 40 worker samples (80.0%) charged to the lines that started their work\n")) << s;
+}
+
 TEST(ReportSummary, Warnings) {
   std::string s = text_summary(make_report_profile(), {});
   auto w = section(s, "Warnings (2)");
