@@ -65,11 +65,17 @@ class Matcher {
   }
 
   // For a pool worker's stack, the index (leaf first) of the frame just above the pool's thread
-  // routine, the first from the root that is not the C runtime's; -1 for any other stack.
-  int worker_top(const std::vector<uint32_t>& frames) {
-    int i = static_cast<int>(frames.size()) - 1;
+  // routine, the first from the root that is not the C runtime's; -1 for any other stack. The root
+  // must be the C runtime's thread start: a stack cut short inside the pool's code (a caller's
+  // GOMP_parallel) is not a worker's.
+  int worker_top(const profile::Stack& s) {
+    const auto& frames = s.frames;
+    const int root = static_cast<int>(frames.size()) - 1;
+    int i = root;
     while (i >= 0 && p_.frames[frames[i]].kind == FrameKind::kNative && module(frames[i]).runtime) --i;
-    if (i < 1 || p_.frames[frames[i]].kind != FrameKind::kNative || !module(frames[i]).pool) return -1;
+    if (s.truncated || i == root || i < 1 || p_.frames[frames[i]].kind != FrameKind::kNative ||
+        !module(frames[i]).pool)
+      return -1;
     return i - 1;
   }
 
@@ -105,13 +111,15 @@ PoolCounts charge_pool_workers(const Profile& p, std::vector<PoolSample>& sample
   // Per stack: -2 not looked at, -1 not a worker's, else worker_top.
   std::vector<int> top(nstacks, -2);
   auto worker_top = [&](uint32_t s) {
-    if (top[s] == -2) top[s] = m.worker_top(p.stacks[s].frames);
+    if (top[s] == -2) top[s] = m.worker_top(p.stacks[s]);
     return top[s];
   };
   // The functions workers could be matched at.
   std::unordered_set<uint64_t> wanted;
+  std::vector<bool> scanned(nstacks, false);
   for (const PoolSample& smp : samples) {
-    if (!smp.eligible || smp.stack >= nstacks || worker_top(smp.stack) < 0) continue;
+    if (!smp.eligible || smp.stack >= nstacks || scanned[smp.stack] || worker_top(smp.stack) < 0) continue;
+    scanned[smp.stack] = true;
     const auto& frames = p.stacks[smp.stack].frames;
     const int hi = top[smp.stack];
     for (int j = hi; j >= 0 && hi - j < static_cast<int>(kMaxWorkerDepth); --j)
@@ -124,7 +132,8 @@ PoolCounts charge_pool_workers(const Profile& p, std::vector<PoolSample>& sample
   std::unordered_map<uint64_t, std::vector<Hit>> hits;
   std::unordered_map<uint32_t, std::vector<std::pair<uint64_t, uint32_t>>> launcher_keys;  // per stack
   for (const PoolSample& smp : samples) {
-    if (!smp.eligible || smp.stack >= nstacks || worker_top(smp.stack) >= 0) continue;
+    // A stack the unwinder did not finish has no callers to give.
+    if (!smp.eligible || smp.stack >= nstacks || worker_top(smp.stack) >= 0 || p.stacks[smp.stack].truncated) continue;
     auto [it, fresh] = launcher_keys.try_emplace(smp.stack);
     if (fresh) {
       const auto& frames = p.stacks[smp.stack].frames;

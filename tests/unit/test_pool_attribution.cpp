@@ -109,16 +109,24 @@ TEST_F(PoolFixture, OnlyPoolThreadsAreChargedAndOnlyAtTheirOwnFunctions) {
   deep.push_back(start);
   const uint32_t too_deep = stack(deep);
   const uint32_t pooled = stack({fn, pool_loop, start});
+  // A stack cut short inside the pool's code has no thread start at its root: not a worker's (here
+  // a launcher, farther in time); nor one the unwinder flagged as truncated, which is no launcher
+  // either.
+  const uint32_t cut = stack({fn, pool_loop});
+  const uint32_t flagged = stack({fn, pool_loop, start});
+  p_.stacks[flagged].truncated = true;
   // (The library's own thread runs `inner` too: it is a launcher like any thread that is not a
   // pool's, here farther in time from the pooled sample than line 7's.)
-  std::vector<PoolSample> samples = {{launcher, 10},  {not_pool, 30}, {via_memcpy, 12},
-                                     {too_deep, 13},  {pooled, 14, false}, {pooled, 15}};
+  std::vector<PoolSample> samples = {{launcher, 10}, {not_pool, 30}, {via_memcpy, 12}, {too_deep, 13},
+                                     {pooled, 14, false}, {pooled, 15}, {cut, 40}, {flagged, 16}};
   const PoolCounts c = charge(samples);
   EXPECT_EQ(samples[1].stack, not_pool);
   EXPECT_EQ(samples[2].stack, via_memcpy);
   EXPECT_EQ(samples[3].stack, too_deep);
   EXPECT_EQ(samples[4].stack, pooled);  // a wait sample: not eligible
   EXPECT_EQ(names(samples[5].stack), "inner <- [thread-pool workers] <- run <- <module>:7");
+  EXPECT_EQ(samples[6].stack, cut);
+  EXPECT_EQ(samples[7].stack, flagged);
   EXPECT_EQ(c.worker_samples, 3u);  // via_memcpy, too_deep, the eligible pooled one
   EXPECT_EQ(c.charged, 1u);
 }
