@@ -114,29 +114,49 @@ PoolCounts charge_pool_workers(const Profile& p, std::vector<PoolSample>& sample
     if (top[s] == -2) top[s] = m.worker_top(p.stacks[s]);
     return top[s];
   };
+  // The pool's threads: those with a stack that starts at a pool's thread routine.
+  std::unordered_set<uint32_t> pool_threads;
+  for (const PoolSample& smp : samples)
+    if (smp.eligible && smp.stack < nstacks && worker_top(smp.stack) >= 0) pool_threads.insert(smp.thread);
+  // Where a sample's candidates start: its stack's worker_top or, for a native stack the unwinder
+  // cut short on a pool's thread (in an assembly kernel without unwind information, as OpenBLAS's
+  // are), its rootmost frame; -1 for a sample that is no worker's.
+  auto sample_top = [&](const PoolSample& smp) {
+    if (!smp.eligible || smp.stack >= nstacks) return -1;
+    if (worker_top(smp.stack) >= 0) return top[smp.stack];
+    const profile::Stack& s = p.stacks[smp.stack];
+    if (s.truncated && !s.frames.empty() && pool_threads.count(smp.thread) &&
+        Matcher::native_part(p, s.frames) == s.frames.size())
+      return static_cast<int>(s.frames.size()) - 1;
+    return -1;
+  };
   // The functions workers could be matched at.
   std::unordered_set<uint64_t> wanted;
   std::vector<bool> scanned(nstacks, false);
   for (const PoolSample& smp : samples) {
-    if (!smp.eligible || smp.stack >= nstacks || scanned[smp.stack] || worker_top(smp.stack) < 0) continue;
+    if (smp.stack >= nstacks || scanned[smp.stack]) continue;
+    const int hi = sample_top(smp);
+    if (hi < 0) continue;
     scanned[smp.stack] = true;
     const auto& frames = p.stacks[smp.stack].frames;
-    const int hi = top[smp.stack];
     for (int j = hi; j >= 0 && hi - j < static_cast<int>(kMaxWorkerDepth); --j)
       if (m.matchable(frames[j])) wanted.insert(function_key(p, unnamed_start, frames[j]));
   }
   if (wanted.empty()) return counts;
 
   // Where other threads' samples run those functions, in time order: their leafmost position in
-  // each stack, below the stack's innermost Python frame.
+  // each stack, below the stack's innermost Python frame. A stack the unwinder did not finish gives
+  // callers only through its Python frames (the interpreter's own chain, whole whatever the native
+  // unwinder did); without them it has none to give.
   std::unordered_map<uint64_t, std::vector<Hit>> hits;
   std::unordered_map<uint32_t, std::vector<std::pair<uint64_t, uint32_t>>> launcher_keys;  // per stack
   for (const PoolSample& smp : samples) {
-    // A stack the unwinder did not finish has no callers to give.
-    if (!smp.eligible || smp.stack >= nstacks || worker_top(smp.stack) >= 0 || p.stacks[smp.stack].truncated) continue;
+    if (!smp.eligible || smp.stack >= nstacks || pool_threads.count(smp.thread) || worker_top(smp.stack) >= 0) continue;
+    const profile::Stack& st = p.stacks[smp.stack];
+    if (st.truncated && Matcher::native_part(p, st.frames) == st.frames.size()) continue;
     auto [it, fresh] = launcher_keys.try_emplace(smp.stack);
     if (fresh) {
-      const auto& frames = p.stacks[smp.stack].frames;
+      const auto& frames = st.frames;
       const size_t n = Matcher::native_part(p, frames);
       std::unordered_set<uint64_t> seen;
       for (size_t i = 0; i < n; ++i) {
@@ -153,10 +173,10 @@ PoolCounts charge_pool_workers(const Profile& p, std::vector<PoolSample>& sample
   std::map<std::tuple<uint32_t, int, uint32_t, uint32_t>, uint32_t> charged;  // (worker, j, launcher, pos)
   uint32_t marker_frame = profile::kNone;
   for (PoolSample& smp : samples) {
-    if (!smp.eligible || smp.stack >= nstacks || worker_top(smp.stack) < 0) continue;
+    const int hi = sample_top(smp);
+    if (hi < 0) continue;
     ++counts.worker_samples;
     const std::vector<uint32_t> frames = p.stacks[smp.stack].frames;
-    const int hi = top[smp.stack];
     for (int j = hi; j >= 0 && hi - j < static_cast<int>(kMaxWorkerDepth); --j) {
       if (!m.matchable(frames[j])) continue;
       auto hit = hits.find(function_key(p, unnamed_start, frames[j]));

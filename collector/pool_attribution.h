@@ -13,6 +13,11 @@
 //   launcher:  burn <- omp_fn.0 <- GOMP_parallel <- omp_burn <- ffi_call <- ... <- line 12 <- <module>
 //   charged:   burn <- omp_fn.0 <- [thread-pool workers] <- GOMP_parallel <- omp_burn <- ... <- line 12
 //
+// A pool thread's samples whose native stack the unwinder cut short (an assembly kernel without
+// unwind information, as OpenBLAS's are) are matched the same way from the frames they have, to
+// launchers whose stacks have Python frames (cut short too, their Python frames still give the
+// callers). A pool thread's samples are never launchers.
+//
 // The sample stays on its own thread (the Threads table, the timeline); its CPU class (native,
 // system) is its own. Workers whose functions no other thread runs, threads that are not a pool's,
 // wait samples (wall mode) and memory samples keep their own stacks.
@@ -30,6 +35,7 @@ struct PoolSample {
   uint32_t stack = 0;
   int64_t t_ns = 0;
   bool eligible = true;  // false: never matched nor used as a launcher (an off-CPU wait sample)
+  uint32_t thread = 0;   // the thread it was taken on (any numbering, one per thread)
 };
 
 struct PoolCounts {

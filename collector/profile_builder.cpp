@@ -85,6 +85,13 @@ bool is_eval_function(const std::string& name) {
   return name.rfind("_PyEval_EvalFrameDefault", 0) == 0;  // also its GCC-split ".cold" part
 }
 
+// The interpreter's own file: python3.X (a static build) or libpython3.X.so.
+bool is_interpreter_module(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string base = path.substr(slash == std::string::npos ? 0 : slash + 1);
+  return base.rfind("python", 0) == 0 || base.rfind("libpython", 0) == 0;
+}
+
 struct SymbolizedStack {
   uint32_t stack = 0;
   CpuClass cls = CpuClass::kNative;
@@ -178,7 +185,7 @@ class Builder {
         charged.push_back({profile::kNone, smp.t_ns, false});
         continue;
       }
-      charged.push_back({it->second.stack, smp.t_ns, !it->second.wait});
+      charged.push_back({it->second.stack, smp.t_ns, !it->second.wait, smp.thread});
     }
     auto unnamed_start = [this](uint32_t frame) {
       auto it = unnamed_starts_.find(frame);
@@ -528,6 +535,15 @@ class Builder {
       // A native stack the unwinder could not finish cannot be merged by any rule: those samples
       // are counted as unwind_stopped, not as merge failures.
       out.unwind_incomplete = (st.flags & (wire::kStackUnwindStop | wire::kStackLeafOnly | wire::kStackTruncated)) != 0;
+      // Cut short before the innermost eval loop (a BLAS kernel in assembly without unwind
+      // information): every native frame there is runs below every Python frame, on behalf of the
+      // innermost Python line. They go above the Python frames (what is missing in between is the
+      // stack's truncated flag) instead of being dropped.
+      if (out.unwind_incomplete && !native.empty() && std::none_of(is_eval.begin(), is_eval.end(), [](bool e) { return e; })) {
+        merged.clear();
+        for (uint32_t i = 0; i < native.size(); ++i) merged.push_back({false, i});
+        for (uint32_t i = 0; i < st.py.size(); ++i) merged.push_back({true, i});
+      }
       for (auto& ref : merged) {
         if (ref.python) {
           // The interpreter's garbage collector ran on this thread (preload: kFrameInGc on the
@@ -558,6 +574,12 @@ class Builder {
           // C runtime libraries the interpreter calls for its own work (memcpy, malloc): time in
           // them, with only interpreter frames between them and the eval loop, is interpreter time.
           all_interp = modules[i] == interp || profile::is_c_runtime_module(p_.str(modules[i]));
+        out.cls = all_interp ? CpuClass::kInterpreter : CpuClass::kNative;
+      } else if (out.unwind_incomplete && !modules.empty()) {
+        // Cut short before any eval loop: native unless every frame there is the interpreter's
+        // (python3.X, libpython3.X) or the C runtime's.
+        bool all_interp = true;
+        for (uint32_t m : modules) all_interp = all_interp && (is_interpreter_module(p_.str(m)) || profile::is_c_runtime_module(p_.str(m)));
         out.cls = all_interp ? CpuClass::kInterpreter : CpuClass::kNative;
       } else {
         out.cls = CpuClass::kInterpreter;  // no eval frame found (no symbols): Python frames only

@@ -78,7 +78,9 @@ TEST_F(PoolFixture, AWorkerSampleTakesTheNearestLauncherCallers) {
   const uint32_t worker = stack({kernel, fn, gomp_loop, start, clone});
   const uint32_t at12 = stack({kernel, fn, parallel, work, ffi, eval, line12, main});
   const uint32_t at13 = stack({fn, parallel, work, ffi, eval, line13, main});
-  std::vector<PoolSample> samples = {{at12, 100}, {worker, 110}, {at13, 500}, {worker, 480}, {worker, 1000}};
+  // Thread 1 starts the teams; thread 2 is the pool's worker.
+  std::vector<PoolSample> samples = {{at12, 100, true, 1}, {worker, 110, true, 2}, {at13, 500, true, 1},
+                                     {worker, 480, true, 2}, {worker, 1000, true, 2}};
   const PoolCounts c = charge(samples);
   EXPECT_EQ(c.worker_samples, 3u);
   EXPECT_EQ(c.charged, 3u);
@@ -117,8 +119,9 @@ TEST_F(PoolFixture, OnlyPoolThreadsAreChargedAndOnlyAtTheirOwnFunctions) {
   p_.stacks[flagged].truncated = true;
   // (The library's own thread runs `inner` too: it is a launcher like any thread that is not a
   // pool's, here farther in time from the pooled sample than line 7's.)
-  std::vector<PoolSample> samples = {{launcher, 10}, {not_pool, 30}, {via_memcpy, 12}, {too_deep, 13},
-                                     {pooled, 14, false}, {pooled, 15}, {cut, 40}, {flagged, 16}};
+  std::vector<PoolSample> samples = {{launcher, 10, true, 1}, {not_pool, 30, true, 3}, {via_memcpy, 12, true, 2},
+                                     {too_deep, 13, true, 2},  {pooled, 14, false, 2},  {pooled, 15, true, 2},
+                                     {cut, 40, true, 4},       {flagged, 16, true, 5}};
   const PoolCounts c = charge(samples);
   EXPECT_EQ(samples[1].stack, not_pool);
   EXPECT_EQ(samples[2].stack, via_memcpy);
@@ -142,7 +145,7 @@ TEST_F(PoolFixture, UnnamedFunctionsMatchByTheirStart) {
   const uint32_t launcher = stack({fn_a, parallel, frame("", lib, 0x1df7d), line5});
   const uint32_t same_fn = stack({fn_b, gomp, start});
   const uint32_t other_fn = stack({other, gomp, start});
-  std::vector<PoolSample> samples = {{launcher, 1}, {same_fn, 2}, {other_fn, 3}};
+  std::vector<PoolSample> samples = {{launcher, 1, true, 1}, {same_fn, 2, true, 2}, {other_fn, 3, true, 2}};
   charge(samples);
   EXPECT_EQ(names(samples[1].stack), "? <- [thread-pool workers] <- GOMP_parallel <- ? <- predict:5");
   EXPECT_EQ(p_.stacks[samples[1].stack].frames.front(), fn_b);  // the worker's own pc
@@ -157,17 +160,44 @@ TEST_F(PoolFixture, UnnamedFunctionsWithoutAStartMatchOnlyAtTheSameAddress) {
   const uint32_t launcher = stack({inner_a, frame("", blas, 0x3000), gemm, line3});
   const uint32_t same_site = stack({inner_a, server, start});
   const uint32_t other_site = stack({inner_b, server, start});
-  std::vector<PoolSample> samples = {{launcher, 1}, {same_site, 2}, {other_site, 3}};
+  std::vector<PoolSample> samples = {{launcher, 1, true, 1}, {same_site, 2, true, 2}, {other_site, 3, true, 2}};
   charge(samples);
   EXPECT_NE(samples[1].stack, same_site);
   EXPECT_EQ(p_.stacks[samples[1].stack].frames.back(), line3);
   EXPECT_EQ(samples[2].stack, other_site);
   // No sample charged: nothing interned, not even the marker frame.
   const size_t frames = p_.frames.size(), stacks = p_.stacks.size();
-  std::vector<PoolSample> alone = {{other_site, 4}};
+  std::vector<PoolSample> alone = {{other_site, 4, true, 2}};
   charge(alone);
   EXPECT_EQ(p_.frames.size(), frames);
   EXPECT_EQ(p_.stacks.size(), stacks);
+}
+
+// OpenBLAS's kernels are assembly without unwind information: both threads' stacks there end at
+// the kernel. On a pool's thread (one with a stack from blas_thread_server) such a cut stack is
+// matched from the frames it has, to a starting thread's cut stack whose Python frames give the
+// line; a cut stack without Python frames gives no callers, and a cut stack on a thread that is no
+// pool's stays as it is.
+TEST_F(PoolFixture, CutStacksOnAPoolThreadMatchStartingStacksWithPythonFrames) {
+  const char* blas = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblasp-r0.3.21.so";
+  const uint32_t start = frame("start_thread", kLibc), server = frame("", blas, 0x37492c),
+                 yield = frame("__sched_yield", kLibc), kernel = frame("dgemm_kernel_HASWELL", blas),
+                 caller = frame("dgemm_nn", blas), line5 = py("<module>", 5);
+  const uint32_t spin = stack({yield, server, start});
+  const uint32_t cut_worker = stack({kernel});
+  const uint32_t cut_launcher = stack({kernel, line5});
+  const uint32_t cut_native = stack({kernel, caller});
+  for (uint32_t s : {cut_worker, cut_launcher, cut_native}) p_.stacks[s].truncated = true;
+  std::vector<PoolSample> samples = {{spin, 5, true, 2},          {cut_launcher, 10, true, 1},
+                                     {cut_native, 19, true, 4},   {cut_worker, 20, true, 2},
+                                     {cut_worker, 21, true, 3}};
+  const PoolCounts c = charge(samples);
+  EXPECT_EQ(names(samples[3].stack), "dgemm_kernel_HASWELL <- [thread-pool workers] <- <module>:5");
+  EXPECT_TRUE(p_.stacks[samples[3].stack].truncated);
+  EXPECT_EQ(samples[4].stack, cut_worker);  // thread 3 is no pool's
+  EXPECT_EQ(samples[0].stack, spin);        // the idle spin: no one's function
+  EXPECT_EQ(c.worker_samples, 2u);
+  EXPECT_EQ(c.charged, 1u);
 }
 
 TEST(PoolModules, ThreadPoolRuntimesAreKnownByTheirFiles) {
