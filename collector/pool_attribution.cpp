@@ -48,8 +48,7 @@ class Matcher {
     if (m >= modules_.size()) return none_;
     if (!known_[m]) {
       const std::string& path = p_.str(m);
-      const size_t slash = path.rfind('/');
-      const std::string_view base = std::string_view(path).substr(slash == std::string::npos ? 0 : slash + 1);
+      const std::string_view base = profile::module_basename(path);
       modules_[m].runtime = m == 0 || profile::is_c_runtime_module(path) || base.substr(0, 9) == "libstdc++" ||
                             base == "[unknown]";
       modules_[m].pool = profile::is_thread_pool_module(path);

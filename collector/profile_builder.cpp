@@ -85,13 +85,6 @@ bool is_eval_function(const std::string& name) {
   return name.rfind("_PyEval_EvalFrameDefault", 0) == 0;  // also its GCC-split ".cold" part
 }
 
-// The interpreter's own file: python3.X (a static build) or libpython3.X.so.
-bool is_interpreter_module(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string base = path.substr(slash == std::string::npos ? 0 : slash + 1);
-  return base.rfind("python", 0) == 0 || base.rfind("libpython", 0) == 0;
-}
-
 struct SymbolizedStack {
   uint32_t stack = 0;
   CpuClass cls = CpuClass::kNative;
@@ -178,9 +171,12 @@ class Builder {
     // The stack each sample is charged to: its own, or for a thread-pool worker's, the one that
     // started its work (collector/pool_attribution.h).
     std::vector<PoolSample> charged;
+    std::vector<const SymbolizedStack*> symbolized;  // per sample; null: its stack record was lost
     charged.reserve(s.samples.size());
+    symbolized.reserve(s.samples.size());
     for (auto& smp : s.samples) {
       auto it = stack_map.find(smp.stack);
+      symbolized.push_back(it == stack_map.end() ? nullptr : &it->second);
       if (it == stack_map.end()) {
         charged.push_back({profile::kNone, smp.t_ns, false});
         continue;
@@ -196,9 +192,8 @@ class Builder {
         [this](std::vector<uint32_t> frames, bool truncated) { return intern_stack(std::move(frames), truncated); });
     for (size_t i = 0; i < s.samples.size(); ++i) {
       const auto& smp = s.samples[i];
-      auto it = stack_map.find(smp.stack);
-      if (it == stack_map.end()) continue;  // stack record lost (stream cut): nothing to attribute
-      const SymbolizedStack& st = it->second;
+      if (symbolized[i] == nullptr) continue;  // stack record lost (stream cut): nothing to attribute
+      const SymbolizedStack& st = *symbolized[i];
       if (st.wait && !wall_) continue;
       uint32_t thread = thread_map[smp.thread];
       const uint32_t stack = charged[i].stack;
@@ -579,7 +574,7 @@ class Builder {
         // Cut short before any eval loop: native unless every frame there is the interpreter's
         // (python3.X, libpython3.X) or the C runtime's.
         bool all_interp = true;
-        for (uint32_t m : modules) all_interp = all_interp && (is_interpreter_module(p_.str(m)) || profile::is_c_runtime_module(p_.str(m)));
+        for (uint32_t m : modules) all_interp = all_interp && (profile::is_interpreter_module(p_.str(m)) || profile::is_c_runtime_module(p_.str(m)));
         out.cls = all_interp ? CpuClass::kInterpreter : CpuClass::kNative;
       } else {
         out.cls = CpuClass::kInterpreter;  // no eval frame found (no symbols): Python frames only

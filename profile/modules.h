@@ -9,6 +9,12 @@ namespace mlprof::profile {
 // allocator: code a program calls for its own work, none of it the program's.
 bool is_c_runtime_module(std::string_view path);
 
+// The file name of a module's path (what follows the last '/').
+std::string_view module_basename(std::string_view path);
+
+// The interpreter's own file: python3.X (a static build) or libpython3.X.so.
+bool is_interpreter_module(std::string_view path);
+
 // The runtimes whose worker threads run other threads' work: OpenMP (GNU libgomp, also as the
 // renamed copies wheels bundle, LLVM's libomp, Intel's libiomp5), OpenBLAS's thread server,
 // PyTorch's intra-op pool (libc10), oneTBB and MKL's threading layers. A thread whose first frame
