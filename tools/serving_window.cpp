@@ -5,6 +5,8 @@
 #include <set>
 #include <tuple>
 
+#include "profile/modules.h"
+
 namespace mlprof::tools {
 
 namespace {
@@ -54,9 +56,7 @@ std::vector<bool> own_modules(const profile::Profile& p) {
   std::vector<bool> own(p.strings.size(), false);
   for (const auto& f : p.frames) {
     if (f.module == 0 || f.module >= own.size() || own[f.module]) continue;
-    const std::string& m = p.str(f.module);
-    const size_t slash = m.rfind('/');
-    own[f.module] = m.compare(slash == std::string::npos ? 0 : slash + 1, 17, "libmlprof_preload") == 0;
+    own[f.module] = profile::module_basename(p.str(f.module)).substr(0, 17) == "libmlprof_preload";
   }
   return own;
 }
