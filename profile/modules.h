@@ -17,9 +17,9 @@ bool is_interpreter_module(std::string_view path);
 
 // The runtimes whose worker threads run other threads' work: OpenMP (GNU libgomp, also as the
 // renamed copies wheels bundle, LLVM's libomp, Intel's libiomp5), OpenBLAS's thread server,
-// PyTorch's intra-op pool (libc10), oneTBB and MKL's threading layers. A thread whose first frame
-// above the C runtime's thread start is in one of them is a pool worker
-// (collector/pool_attribution.h).
+// PyTorch's intra-op pool (libc10) and its QNNPACK/XNNPACK pool (libpthreadpool), oneTBB and MKL's
+// threading layers. A thread whose first frame above the C runtime's thread start is in one of them
+// is a pool worker (collector/pool_attribution.h).
 bool is_thread_pool_module(std::string_view path);
 
 }  // namespace mlprof::profile

@@ -95,6 +95,36 @@ TEST_F(PoolFixture, AWorkerSampleTakesTheNearestLauncherCallers) {
   EXPECT_EQ(samples[2].stack, at13);
 }
 
+// PyTorch's QNNPACK/XNNPACK pool (libpthreadpool, Debian's torch): the worker runs the task
+// function the calling thread also runs through pthreadpool_parallelize_*, both unnamed in the
+// stripped libraries, matched by their function starts. libpthreadpool's name begins like
+// libpthread's, which once made its frames the C runtime's and its threads no pool's.
+TEST_F(PoolFixture, PthreadpoolWorkersAreChargedToTheLineThatParallelized) {
+  constexpr const char* kPool = "/usr/lib/x86_64-linux-gnu/libpthreadpool.so.0";
+  constexpr const char* kTorch = "/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13";
+  const uint32_t start = frame("start_thread", kLibc), clone = frame("clone3", kLibc),
+                 thread_main = frame("", kPool, 0xd8a1), wait = frame("", kPool, 0xde79),
+                 thread_fn = frame("", kPool, 0x23f4), task = frame("", kTorch, 0x5844d27),
+                 kernel = frame("", kTorch, 0x584f9b8), caller_fn = frame("", kPool, 0x2410),
+                 parallelize = frame("pthreadpool_parallelize_2d_tile_2d", kPool),
+                 qlinear = frame("at::native::qlinear_dynamic", kTorch), eval = frame("_PyEval_EvalFrameDefault", kPython);
+  starts_[thread_fn] = starts_[caller_fn] = 0x23c0;  // the same function at two return addresses
+  starts_[task] = 0x5844c00;
+  starts_[kernel] = 0x584f800;
+  starts_[thread_main] = 0xd800;
+  starts_[wait] = 0xde00;
+  const uint32_t line11 = py("<module>", 11);
+  const uint32_t worker = stack({kernel, task, thread_fn, wait, thread_main, start, clone});
+  const uint32_t at11 = stack({kernel, task, caller_fn, parallelize, qlinear, eval, line11});
+  std::vector<PoolSample> samples = {{at11, 100, true, 1}, {worker, 105, true, 2}};
+  const PoolCounts c = charge(samples);
+  EXPECT_EQ(c.worker_samples, 1u);
+  EXPECT_EQ(c.charged, 1u);
+  EXPECT_EQ(names(samples[1].stack),
+            "? <- ? <- ? <- [thread-pool workers] <- pthreadpool_parallelize_2d_tile_2d <- at::native::qlinear_dynamic <- "
+            "_PyEval_EvalFrameDefault <- <module>:11");
+}
+
 // Only a pool's thread is charged: a thread the library started itself runs the same function on
 // its own behalf; and a worker sample matches neither in the C runtime (everyone's memcpy), nor
 // deeper than the handed-over function's first frames, nor with a wait sample.
@@ -204,11 +234,24 @@ TEST(PoolModules, ThreadPoolRuntimesAreKnownByTheirFiles) {
   for (const char* m : {"/usr/lib/x86_64-linux-gnu/libgomp.so.1", "/site-packages/torch/lib/libgomp-a34b3233.so.1",
                         "/opt/intel/lib/libiomp5.so", "/usr/lib/llvm-16/lib/libomp.so.5", "/usr/lib/libopenblas.so.0",
                         "/site-packages/numpy.libs/libscipy_openblas64_-ff651d7f.so", "/site-packages/torch/lib/libc10.so",
-                        "/usr/lib/libtbb.so.12", "/opt/intel/lib/libmkl_intel_thread.so.2"})
+                        "/usr/lib/x86_64-linux-gnu/libpthreadpool.so.0", "/usr/lib/libtbb.so.12", "/opt/intel/lib/libmkl_intel_thread.so.2"})
     EXPECT_TRUE(is_thread_pool_module(m)) << m;
   for (const char* m : {"/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3.11", "/opt/app/libwork.so",
                         "/usr/lib/libblas.so.3", "/site-packages/torch/lib/libtorch_cpu.so"})
     EXPECT_FALSE(is_thread_pool_module(m)) << m;
+}
+
+TEST(PoolModules, TheCRuntimeIsKnownByItsFilesNotByPrefixesOfOthers) {
+  for (const char* m : {"/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc-2.31.so",
+                        "/usr/lib/x86_64-linux-gnu/libpthread.so.0", "/lib/x86_64-linux-gnu/libpthread-2.31.so",
+                        "/lib64/ld-linux-x86-64.so.2", "/usr/lib/x86_64-linux-gnu/libdl.so.2",
+                        "/usr/lib/x86_64-linux-gnu/librt.so.1", "/usr/lib/x86_64-linux-gnu/libm.so.6"})
+    EXPECT_TRUE(is_c_runtime_module(m)) << m;
+  // PyTorch's QNNPACK pool (whose threads were once taken for the C runtime's thread start, and
+  // never for a pool's workers), and libraries whose names merely start like the runtime's.
+  for (const char* m : {"/usr/lib/x86_64-linux-gnu/libpthreadpool.so.0", "/usr/lib/x86_64-linux-gnu/librtmp.so.1",
+                        "/usr/lib/x86_64-linux-gnu/libdlib.so.19", "/usr/lib/libmkl_core.so"})
+    EXPECT_FALSE(is_c_runtime_module(m)) << m;
 }
 
 }  // namespace
