@@ -47,8 +47,10 @@ bool start_perf(ThreadTimer& t, uint32_t tid, int signo, int64_t period_ns) {
     fd = static_cast<int>(syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
   }
   if (fd < 0) return false;
+  // Moved before O_ASYNC is set: the overflow signal's si_fd is the number it was set on.
+  fd = fd_move_high(fd);
   struct f_owner_ex owner = {F_OWNER_TID, static_cast<pid_t>(tid)};
-  if (fcntl(fd, F_SETOWN_EX, &owner) != 0 || fcntl(fd, F_SETSIG, signo) != 0 ||
+  if (!perf_fd_identity(fd, &t.perf_id) || fcntl(fd, F_SETOWN_EX, &owner) != 0 || fcntl(fd, F_SETSIG, signo) != 0 ||
       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC | O_NONBLOCK) != 0 || ioctl(fd, PERF_EVENT_IOC_RESET, 0) != 0) {
     close(fd);
     return false;
@@ -105,8 +107,12 @@ void timer_stop(ThreadTimer& t) {
   if (!t.armed) return;
   t.armed = false;
   if (t.source == TimerSource::kPerfTaskClock) {
-    ioctl(t.perf_fd, PERF_EVENT_IOC_DISABLE, 0);
-    close(t.perf_fd);
+    // A number the program closed (and perhaps opened its own file at) is left alone: the event
+    // went with the close.
+    if (fd_still(t.perf_fd, t.perf_id)) {
+      ioctl(t.perf_fd, PERF_EVENT_IOC_DISABLE, 0);
+      close(t.perf_fd);
+    }
     t.perf_fd = -1;
   } else {
     timer_delete(t.timer);
@@ -114,7 +120,7 @@ void timer_stop(ThreadTimer& t) {
 }
 
 void timer_forget_inherited(ThreadTimer& t) {
-  if (t.armed && t.source == TimerSource::kPerfTaskClock) close(t.perf_fd);
+  if (t.armed && t.source == TimerSource::kPerfTaskClock) fd_close_if(t.perf_fd, t.perf_id);
   t = ThreadTimer{};
 }
 

@@ -14,12 +14,15 @@
 
 #include <cstdint>
 
+#include "preload/owned_fd.h"
+
 namespace mlprof::preload {
 
 enum class TimerSource : uint8_t { kPerfTaskClock = 0, kThreadCpuTimer = 1 };
 
 struct ThreadTimer {
-  int perf_fd = -1;
+  int perf_fd = -1;  // at a high number; closed only while it still names the event (owned_fd.h)
+  FdId perf_id;
   timer_t timer{};
   int64_t period_ns = 0;  // the steady period (CPU ns)
   int64_t first_ns = 0;   // POSIX: the first expiry (perf: in the event's attributes)

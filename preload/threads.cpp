@@ -158,8 +158,8 @@ void ThreadRegistry::retire_current(int64_t now_ns) {
 }
 
 void ThreadRegistry::release(ThreadSlot* s) {
-  if (s->wall.fd >= 0) close(s->wall.fd);  // in a fork child: the parent's thread's files
-  if (s->wall.sched_fd >= 0) close(s->wall.sched_fd);
+  if (s->wall.fd >= 0) fd_close_if(s->wall.fd, s->wall.fd_id);  // in a fork child: the parent's thread's files
+  if (s->wall.sched_fd >= 0) fd_close_if(s->wall.sched_fd, s->wall.sched_id);
   s->wall.fd = s->wall.sched_fd = -1;
   if (s->ring_mem) munmap(s->ring_mem, kRingBytes);
   s->ring_mem = nullptr;

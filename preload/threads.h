@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "preload/owned_fd.h"
 #include "preload/ring.h"
 #include "preload/thread_timer.h"
 #include "preload/unwinder.h"
@@ -20,6 +21,7 @@ enum SlotState : uint32_t { kSlotFree = 0, kSlotClaimed = 1, kSlotActive = 2, kS
 struct WallThreadState {
   int fd = -1;               // /proc/self/task/TID/syscall, kept open (closed by release())
   int sched_fd = -1;         // /proc/self/task/TID/schedstat, likewise
+  FdId fd_id, sched_id;      // what they name (preload/owned_fd.h): closed only while they still do
   int64_t accounted_ns = 0;  // wall time up to which this thread's ticks are accounted
   uint64_t pc = 0, sp = 0;   // where it was blocked at its previous tick (0: not blocked)
   int64_t cpu_ns = -1;       // its CPU time at counters_ns

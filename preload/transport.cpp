@@ -42,9 +42,29 @@ bool Transport::open_socket(const char* path) {
   }
   // Non-blocking: send() below bounds how long the writer thread waits on a slow collector.
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return adopt(fd, true);
+}
+
+bool Transport::adopt(int fd, bool socket) {
+  fd = fd_move_high(fd);
+  if (!fd_identity(fd, &id_)) {
+    ::close(fd);
+    failure_ = "cannot use its own descriptor";
+    return false;
+  }
   fd_ = fd;
-  socket_ = true;
+  socket_ = socket;
+  lost_fd_ = -1;
   return true;
+}
+
+bool Transport::still_ours() {
+  if (fd_ < 0) return false;
+  if (fd_still(fd_, id_)) return true;
+  failure_ = "the program closed mlprof's descriptor for its event stream";
+  lost_fd_ = fd_;
+  fd_ = -1;  // forgotten, not closed: the number may name the program's file now
+  return false;
 }
 
 bool Transport::open_file(const char* dir, int pid, int64_t mono_ns) {
@@ -55,13 +75,11 @@ bool Transport::open_file(const char* dir, int pid, int64_t mono_ns) {
     failure_ = "cannot create the event file in MLPROF_OUTPUT_DIR";
     return false;
   }
-  fd_ = fd;
-  socket_ = false;
-  return true;
+  return adopt(fd, false);
 }
 
 bool Transport::send(const uint8_t* data, size_t n) {
-  if (fd_ < 0) {
+  if (!still_ours()) {
     dropped_bytes_ += n;
     return false;
   }
@@ -94,7 +112,7 @@ bool Transport::send(const uint8_t* data, size_t n) {
 }
 
 int Transport::poll_command() {
-  if (fd_ < 0 || !socket_) return -1;
+  if (fd_ < 0 || !socket_ || !still_ours()) return -1;
   uint8_t b;
   ssize_t r = recv(fd_, &b, 1, MSG_DONTWAIT);
   if (r == 1) return b;
@@ -106,14 +124,15 @@ int Transport::poll_command() {
 }
 
 void Transport::close() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) fd_close_if(fd_, id_);
   fd_ = -1;
 }
 
 void Transport::abandon() {
   // The descriptor is shared with the parent: closing our copy leaves the parent's stream intact.
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) fd_close_if(fd_, id_);
   fd_ = -1;
+  lost_fd_ = -1;
   dropped_bytes_ = 0;
   failure_ = nullptr;
 }

@@ -57,12 +57,16 @@ int64_t thread_cpu_ns(uint32_t tid) {
 // Reads /proc/self/task/TID/<name> through *fd, opened on first use and kept open. Returns the
 // length read (0 or less: nothing). When the text may not be that file's (parse failed), call
 // forget_task_file.
-ssize_t read_task_file(int* fd, uint32_t tid, const char* name, char* buf, size_t size) {
+ssize_t read_task_file(int* fd, FdId* id, uint32_t tid, const char* name, char* buf, size_t size) {
   if (*fd < 0) {
     char path[64];
     snprintf(path, sizeof path, "/proc/self/task/%u/%s", tid, name);
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    *fd = fd_move_high(open(path, O_RDONLY | O_CLOEXEC));
     if (*fd < 0) return -1;  // out of descriptors, or the thread is gone
+    if (!fd_identity(*fd, id)) {
+      *fd = -1;
+      return -1;
+    }
   }
   ssize_t n = pread(*fd, buf, size - 1, 0);
   buf[n > 0 ? n : 0] = '\0';
@@ -71,12 +75,12 @@ ssize_t read_task_file(int* fd, uint32_t tid, const char* name, char* buf, size_
 
 // What was read is not what our file says: the thread is exiting (ESRCH: keep the descriptor,
 // the slot retires soon and closes it), or the program closed our descriptor and its number now
-// names one of its own files. Forget the number without closing it (that could close the
-// program's file) unless it is still a procfs file; a later tick opens the file again.
-void forget_task_file(int* fd, ssize_t n, int err) {
+// names one of its own files (pread took nothing from it: no file position, no stream's data).
+// Forget the number without closing it (that could close the program's file) unless it still
+// names our file; a later tick opens the file again.
+void forget_task_file(int* fd, const FdId& id, ssize_t n, int err) {
   if (n < 0 && err == ESRCH) return;
-  struct stat sb;
-  if (fstat(*fd, &sb) == 0 && major(sb.st_dev) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0) close(*fd);
+  fd_close_if(*fd, id);
   *fd = -1;
 }
 
@@ -84,13 +88,13 @@ void forget_task_file(int* fd, ssize_t n, int err) {
 // /proc/self/task/TID/schedstat ("cpu_ns run_delay_ns timeslices"); -1 when unavailable.
 int64_t thread_run_delay_ns(WallThreadState& w, uint32_t tid) {
   char buf[96];
-  ssize_t n = read_task_file(&w.sched_fd, tid, "schedstat", buf, sizeof buf);
+  ssize_t n = read_task_file(&w.sched_fd, &w.sched_id, tid, "schedstat", buf, sizeof buf);
   if (w.sched_fd < 0) return -1;
   int64_t cpu, delay;
   const char* p = n > 0 ? parse_number(buf, false, &cpu) : nullptr;
   p = p ? parse_number(p, false, &delay) : nullptr;
   if (!p) {
-    forget_task_file(&w.sched_fd, n, errno);
+    forget_task_file(&w.sched_fd, w.sched_id, n, errno);
     return -1;
   }
   return delay;
@@ -224,11 +228,11 @@ void WallSampler::tick(ThreadSlot* s, int64_t now, bool python, WallSink& sink) 
   const int64_t delay = thread_run_delay_ns(w, s->tid);
   char buf[256];
   ++reads;
-  ssize_t n = read_task_file(&w.fd, s->tid, "syscall", buf, sizeof buf);
+  ssize_t n = read_task_file(&w.fd, &w.fd_id, s->tid, "syscall", buf, sizeof buf);
   if (w.fd < 0) return;  // no wait sample this time (what is held stays held)
   SyscallState st;
   if (n <= 0 || !parse_syscall_line(buf, &st)) {
-    forget_task_file(&w.fd, n, errno);
+    forget_task_file(&w.fd, w.fd_id, n, errno);
     return;
   }
   // Its off-CPU time since its counters were read: at its previous tick that read /proc, or, when

@@ -107,6 +107,7 @@ int Writer::wait(int timeout_ms) {
   // A futex cannot wait for the socket too: commands are looked at before and after, and the
   // wait is at most one idle cycle (a flush from the collector is answered within kIdleCycleMs).
   int cmd = transport_.poll_command();
+  check_transport();
   if (cmd >= 0) return cmd;
   if (timeout_ms > kIdleCycleMs) timeout_ms = kIdleCycleMs;
   if (g_wake.load(std::memory_order_acquire) == 0) {
@@ -689,6 +690,26 @@ void Writer::flush_out() {
   if (out.empty()) return;
   transport_.send(out.data(), out.size());
   out.clear();
+  check_transport();
+}
+
+void Writer::check_transport() {
+  const int fd = transport_.lost_descriptor();
+  if (fd < 0 || transport_lost_reported_) return;
+  transport_lost_reported_ = true;
+  if (cfg_.quiet) return;
+  const int saved = errno;
+  char line[400];
+  const int n = snprintf(line, sizeof line,
+                         "mlprof: process %d closed mlprof's connection to the collector (descriptor %d: a "
+                         "closerange(), a close-all loop or a dup2() over it); its profile ends here and it "
+                         "runs on unprofiled\n",
+                         static_cast<int>(getpid()), fd);
+  if (n > 0) {
+    ssize_t w = write(STDERR_FILENO, line, static_cast<size_t>(n < static_cast<int>(sizeof line) ? n : sizeof line - 1));
+    (void)w;
+  }
+  errno = saved;
 }
 
 void Writer::fork_prepare() {
@@ -755,9 +776,10 @@ void Writer::fork_child(int64_t start_realtime_ns, int64_t start_mono_ns) {
   mem_samples_ = mem_frees_ = copy_samples_ = 0;
   cycles_ = 0;
   // The parent's /proc/self/statm: /proc/self was resolved when it was opened.
-  if (statm_fd_ >= 0) close(statm_fd_);
+  if (statm_fd_ >= 0) fd_close_if(statm_fd_, statm_id_);
   statm_fd_ = -1;
   handler_lost_reported_ = false;
+  transport_lost_reported_ = false;
   pending_messages_.clear();
   start(start_realtime_ns, start_mono_ns, period_ns_);
 }
@@ -775,7 +797,13 @@ void Writer::send_mem_config() {
 }
 
 void Writer::send_mem_usage(int64_t now) {
-  if (statm_fd_ < 0) statm_fd_ = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (statm_fd_ < 0) {
+    statm_fd_ = fd_move_high(open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
+    if (statm_fd_ >= 0 && !fd_identity(statm_fd_, &statm_id_)) statm_fd_ = -1;
+  }
+  // A number the program took over (it closed ours) is forgotten, not closed or read, and the file
+  // opened again next time.
+  if (statm_fd_ >= 0 && !fd_still(statm_fd_, statm_id_)) statm_fd_ = -1;
   if (statm_fd_ < 0) return;
   char buf[128];
   const ssize_t n = pread(statm_fd_, buf, sizeof buf - 1, 0);

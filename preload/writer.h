@@ -13,6 +13,7 @@
 #include "common/wire_format.h"
 #include "preload/encoder.h"
 #include "preload/modules.h"
+#include "preload/owned_fd.h"
 #include "preload/python.h"
 #include "preload/threads.h"
 #include "preload/transport.h"
@@ -73,6 +74,9 @@ class Writer : private WallSink {
   void drain_gpu_ring();
   void announce_thread(ThreadSlot* s);
   void flush_out();
+  // Says once on stderr that the program took the event stream's descriptor (the stream cannot
+  // carry it any more).
+  void check_transport();
   void end_stream(wire::EndReason reason, int status);
   void reset_stream_state();
   bool open_transport(int64_t mono_ns);
@@ -151,6 +155,7 @@ class Writer : private WallSink {
   int64_t last_mem_ns_ = 0;
   int64_t last_usage_ns_ = 0;
   int statm_fd_ = -1;
+  FdId statm_id_;  // what statm_fd_ names (preload/owned_fd.h)
   bool mem_python_sent_ = false;  // MEM_CONFIG with kMemPythonAllocator went out on this stream
   uint64_t mem_samples_ = 0, mem_frees_ = 0, copy_samples_ = 0;
 
@@ -171,6 +176,7 @@ class Writer : private WallSink {
   pthread_mutex_t msg_mu_ = PTHREAD_MUTEX_INITIALIZER;
   std::vector<std::pair<int, std::string>> pending_messages_;
   bool handler_lost_reported_ = false;
+  bool transport_lost_reported_ = false;
 };
 
 }  // namespace mlprof::preload

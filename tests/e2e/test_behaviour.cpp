@@ -20,6 +20,42 @@ TEST(Behaviour, OutputExitStatusAndErrnoUnchanged) {
   EXPECT_GE(counter_sum(prof.profile, "samples"), 10);
 }
 
+// The descriptor table is the program's. A daemon that closes every descriptor and opens its own
+// files gets the numbers mlprof held: mlprof must not write its event stream into them, read
+// them or close them (it did: the program's file, opened at fd 3, was closed under it, and a
+// socket there received the stream). The profile ends there, and mlprof says so once.
+TEST(Behaviour, AProgramThatClosesEveryDescriptorKeepsItsOwnFiles) {
+  const std::string dir = scratch(), script = std::string(MLPROF_SOURCE_DIR) + "/tests/fixtures/python/close_fds.py";
+  RunResult direct = run({"/usr/bin/python3", script, dir + "/direct.txt"});
+  ASSERT_EQ(direct.exit_code, 0) << direct.out;
+  for (const char* timer : {"timer", "perf"}) {
+    SCOPED_TRACE(timer);
+    const std::string out = dir + "/profiled-" + timer + ".txt", path = dir + "/run-" + timer + ".mlprof";
+    RunResult r = run({MLPROF_RUN, "-o", path, "--no-html", "--", "/usr/bin/python3", script, out},
+                      {std::string("MLPROF_TIMER=") + timer});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(r.out, direct.out);  // "closefds fd 3 wrote 5 foreign 0"
+    EXPECT_EQ(read_all(out), "kept\n");
+    EXPECT_NE(r.err.find("closed mlprof's connection to the collector"), std::string::npos) << r.err;
+    auto prof = mlprof::profile::read_profile(path);
+    EXPECT_TRUE(prof) << "what was collected before the close is still a profile";
+  }
+}
+
+// Shells pick low numbers by hand (`exec 3>file` is a dup2 onto 3): mlprof's descriptors sit high,
+// so the profile stays whole.
+TEST(Behaviour, DescriptorsProgramsPickByHandLeaveTheProfileWhole) {
+  const std::string out = scratch() + "/out.txt";
+  Profiled prof = profile_run({fixture("fixture_behave"), "dup2low", "3000", out});
+  ASSERT_TRUE(prof.ok);
+  EXPECT_EQ(prof.result.exit_code, 0) << prof.result.out << prof.result.err;
+  EXPECT_EQ(read_all(out), "kept\n");
+  ASSERT_EQ(prof.profile.processes.size(), 1u);
+  EXPECT_EQ(prof.profile.processes[0].end_reason, profile::EndReason::kExit);
+  EXPECT_GE(counter_sum(prof.profile, "samples"), 10);
+  EXPECT_GT(function_self(prof.profile, "behave_hot"), 0);
+}
+
 TEST(Behaviour, SignalDeathIsReturnedAs128PlusSignal) {
   RunResult direct = run({fixture("fixture_behave"), "abort", "500"});
   ASSERT_EQ(direct.exit_code, 128 + SIGABRT);
