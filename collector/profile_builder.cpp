@@ -190,8 +190,10 @@ class Builder {
     const PoolCounts pool = charge_pool_workers(
         p_, charged, unnamed_start, [this] { return pool_frame(); },
         [this](std::vector<uint32_t> frames, bool truncated) { return intern_stack(std::move(frames), truncated); });
+    uint64_t received = 0;  // CPU samples that reached the collector (one record per signal)
     for (size_t i = 0; i < s.samples.size(); ++i) {
       const auto& smp = s.samples[i];
+      received += symbolized[i] == nullptr || !symbolized[i]->wait;
       if (symbolized[i] == nullptr) continue;  // stack record lost (stream cut): nothing to attribute
       const SymbolizedStack& st = *symbolized[i];
       if (st.wait && !wall_) continue;
@@ -227,6 +229,9 @@ class Builder {
     if (s.gpu.active()) add_gpu(s, proc_index, thread_map, stack_map, ns);
     for (auto& [key, v] : ns) p_.stack_values.push_back({key.first, key.second, std::move(v)});
     auto& proc_ref = p_.processes[proc_index];
+    // The preload's counters come every second and at the end: a process killed (or whose stream
+    // was cut) after its last counters took at least the samples that arrived after them.
+    if (auto& taken = proc_ref.counters["samples"]; taken < received) taken = received;
     if (pool.worker_samples > 0) {
       proc_ref.counters["pool_worker_samples"] = pool.worker_samples;
       proc_ref.counters["pool_worker_samples_charged"] = pool.charged;

@@ -103,6 +103,12 @@ TEST(Behaviour, SigkilledProgramLeavesReadableProfile) {
   EXPECT_EQ(prof.profile.processes[0].end_reason, profile::EndReason::kTruncated);
   // ~600 ms of CPU were burnt; all but the last writer cycle (10 ms) reached the collector.
   EXPECT_GE(function_self(prof.profile, "behave_hot"), 300000);
+  // Samples taken: at least those that arrived (the preload's last counters came up to a second
+  // before the kill; the header read 0 when none had come).
+  size_t arrived = 0;
+  for (const auto& smp : prof.profile.samples) arrived += smp.weight > 0;
+  EXPECT_GE(counter_sum(prof.profile, "samples"), static_cast<int64_t>(arrived));
+  EXPECT_GE(arrived, 30u);
   bool warned = false;
   for (auto& w : prof.profile.warnings) warned |= w.find("without a clean end") != std::string::npos;
   EXPECT_TRUE(warned);
