@@ -70,6 +70,25 @@ CLI::Validator whole_number(uint64_t lo, uint64_t hi) {
       "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
 }
 
+// A number of seconds above 0 and at most `hi` (CLI::PositiveNumber's message printed the largest
+// double in full).
+CLI::Validator seconds_above_zero(double hi) {
+  return CLI::Validator(
+      [hi](std::string& text) -> std::string {
+        size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || !(v > 0) || v > hi)
+          return "'" + text + "' is not a number of seconds above 0 (e.g. 30 or 2.5)";
+        return "";
+      },
+      "SECONDS");
+}
+
 }  // namespace
 
 bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
@@ -82,10 +101,10 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
   app.add_option("--html", o->html, "HTML report to write (default: the profile's name with .html)");
   app.add_flag("--no-html", o->no_html, "Do not write an HTML report");
   app.add_option("--rate", o->rate_hz, "Samples per CPU-second per thread")
-      ->check(CLI::Range(1u, 10000u))
+      ->transform(whole_number(1, 10000))
       ->capture_default_str();
   app.add_option("--duration", o->duration_s, "Stop the command after S seconds (SIGTERM) and still write everything")
-      ->check(CLI::PositiveNumber);
+      ->transform(seconds_above_zero(1e9));
   app.add_flag("-q,--quiet", o->quiet, "No status line, no summary, no messages from the profiler");
   app.add_option("--unwinder", o->unwinder, "Stack unwinder in the profiled process")
       ->check(CLI::IsMember({"cfi", "libunwind"}));
@@ -138,6 +157,16 @@ bool parse_run_options(int argc, char** argv, RunOptions* o, int* exit_code) {
     return false;
   }
   o->command = app.remaining();
+  // CLI11 hands an option it does not know to the command (prefix_command): a mistyped option
+  // would then be run as the program. A command that starts with '-' comes after --.
+  if (!o->command.empty() && o->command[0] != "--" && o->command[0].size() > 1 && o->command[0][0] == '-') {
+    fprintf(stderr,
+            "mlprof-run: unknown option '%s' (see mlprof-run --help); a command whose name starts with '-' goes "
+            "after --\n",
+            o->command[0].c_str());
+    *exit_code = 2;
+    return false;
+  }
   if (!o->command.empty() && o->command[0] == "--") o->command.erase(o->command.begin());
   if (o->command.empty()) {
     fprintf(stderr, "mlprof-run: no command given. Usage: mlprof-run [options] -- COMMAND [ARGS...]\n");

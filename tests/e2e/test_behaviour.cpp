@@ -176,9 +176,13 @@ TEST(BadInput, OptionsAreValidatedBeforeTheCommandRuns) {
     std::vector<std::string> args;
     std::string expect;
   } cases[] = {
-      {{"--rate", "0", "--", "/bin/true"}, "rate"},
-      {{"--rate", "fast", "--", "/bin/true"}, "rate"},
-      {{"--duration", "-1", "--", "/bin/true"}, "duration"},
+      {{"--rate", "0", "--", "/bin/true"}, "'0' is not a whole number from 1 to 10000"},
+      {{"--rate", "fast", "--", "/bin/true"}, "'fast' is not a whole number from 1 to 10000"},
+      {{"--duration", "-1", "--", "/bin/true"}, "'-1' is not a number of seconds above 0"},
+      {{"--duration", "abc", "--", "/bin/true"}, "'abc' is not a number of seconds above 0"},
+      // A mistyped option is not run as the command (it was: "cannot run '--no-memroy'", 127).
+      {{"--no-memroy", "-q", "--", "/bin/true"}, "unknown option '--no-memroy'"},
+      {{"-Z", "/bin/true"}, "unknown option '-Z'"},
       {{"--unwinder", "magic", "--", "/bin/true"}, "unwinder"},
       {{"-o", "/nonexistent-dir/x.mlprof", "--", "/bin/true"}, "does not exist"},
       {{}, "no command"},
