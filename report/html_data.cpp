@@ -72,7 +72,7 @@ json report_data(const Profile& prof) {
                    {"total", per_metric(prof, f.total)}});
   }
   json& lines = d["lines"] = json::array();
-  SourceCache sources;
+  SourceCache sources(prof.run.cwd);
   size_t with_source = 0;
   constexpr size_t kMaxSourceLines = 2000;  // the hottest lines carry their text; the rest do not
   auto line_order = detail::lines_by_self(prof, sort_metric);

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "report/format.h"
+#include "report/source.h"
 
 namespace mlprof::report {
 
@@ -20,11 +21,11 @@ namespace {
 constexpr off_t kMaxFileBytes = 8 << 20;
 
 // The file's lines as written (indentation kept); empty when it is not a readable regular file.
-std::vector<std::string> read_lines(const std::string& path) {
+std::vector<std::string> read_lines(const std::string& name, const std::string& cwd) {
   std::vector<std::string> lines;
   struct stat st;
-  if (path.empty() || path[0] != '/' || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-      st.st_size > kMaxFileBytes)
+  const std::string path = source_path(name, cwd);
+  if (path.empty() || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxFileBytes)
     return lines;
   std::ifstream f(path, std::ios::binary);
   for (std::string l; std::getline(f, l);) {
@@ -100,7 +101,7 @@ json source_data(const Profile& p, const SourceOptions& opt) {
       jself.push_back(std::move(v));
       if (hot[i]) hot_lines.push_back(l.line);
     }
-    std::vector<std::string> text = read_lines(path);
+    std::vector<std::string> text = read_lines(path, p.run.cwd);
     json regions = json::array();
     if (!text.empty()) {
       // Hot lines +- context, merged when they touch.

@@ -240,7 +240,7 @@ std::string python_lines(const Profile& prof, const Style& st, uint32_t m, int64
   };
   Table t{{{"self", true}, {"self%", true}, {"interp", true}, {"native", true}, {"system", true},
            {"line"}, {"thread", false, "2"}, {"source", false, "2"}}, {}};
-  SourceCache sources;
+  SourceCache sources(prof.run.cwd);
   size_t shown = 0, total = 0;
   for (size_t i : detail::lines_by_self(prof, m)) {
     const auto& l = prof.lines[i];

@@ -1,6 +1,7 @@
 // The HTML report's data builders (report/html_flame.h, html_source.h, html_hints.h,
 // html_timeline.h) against profiles built by hand, whose answers are known by construction.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "report/html_serving.h"
 #include "report/html_source.h"
 #include "report/html_timeline.h"
+#include "report/source.h"
 #include "report/report.h"
 #include "report_fixture.h"
 
@@ -212,6 +214,33 @@ TEST(HtmlSource, HotRegionsCarryTheirTextOnly) {
   ASSERT_EQ(t["files"].size(), 1u);
   EXPECT_FALSE(t["files"][0]["readable"]);
   EXPECT_TRUE(t["files"][0]["regions"].empty());
+}
+
+// Python 3.8 names a script started by a relative path relatively ("app.py"): its text is read
+// under the run's working directory, in the HTML source view and the terminal summary alike.
+TEST(HtmlSource, RelativeFilesAreReadUnderTheRunsWorkingDirectory) {
+  const std::string dir = ::testing::TempDir() + "/mlprof_rel_src";
+  mkdir(dir.c_str(), 0700);
+  {
+    std::ofstream f(dir + "/app.py");
+    for (int i = 1; i <= 12; ++i) f << (i == 5 ? "total = sum(range(1000))" : "pass") << "\n";
+  }
+  Profile p = python_profile("app.py", {{"work", 5, 900}});
+  json without = report::source_data(p);
+  ASSERT_EQ(without["files"].size(), 1u);
+  EXPECT_FALSE(without["files"][0]["readable"]);  // no working directory recorded: not guessed
+  p.run.cwd = dir;
+  json with = report::source_data(p);
+  ASSERT_EQ(with["files"].size(), 1u);
+  EXPECT_TRUE(with["files"][0]["readable"]);
+  EXPECT_EQ(with["files"][0]["path"], "app.py");  // shown as the profile names it
+  EXPECT_NE(json(with["files"][0]["regions"]).dump().find("total = sum(range(1000))"), std::string::npos);
+  report::SourceCache cache(dir);
+  EXPECT_EQ(cache.line("app.py", 5), "total = sum(range(1000))");
+  EXPECT_EQ(report::SourceCache().line("app.py", 5), "");
+  EXPECT_EQ(report::source_path("<frozen importlib._bootstrap>", dir), "");
+  unlink((dir + "/app.py").c_str());
+  rmdir(dir.c_str());
 }
 
 TEST(HtmlHints, RuntimeModulesAreTold) {
