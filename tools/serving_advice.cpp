@@ -69,24 +69,37 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
   const int64_t span = s.window_end_ns - s.window_start_ns;
   const double avail = s.available_millicores / 1000.0;
 
-  // Threads busy in the window (>= 0.1 core each) and the processes they belong to.
-  int busy = 0;
+  // Threads busy in the window (>= 0.1 core each), those of them a thread pool's workers, and the
+  // processes they belong to.
+  int busy = 0, busy_pool = 0;
   std::set<uint32_t> procs;
   for (auto& [t, us] : w.per_thread_us)
     if (span > 0 && us * 1000 * 10 >= span && t < p.threads.size()) {  // us*1000 ns >= span/10
       ++busy;
+      busy_pool += w.pool_threads.count(t) > 0;
       procs.insert(p.threads[t].process);
     }
   const size_t nproc = std::max<size_t>(1, procs.size());
-  if (s.available_millicores > 0 && busy > 0 && busy * 1000 > s.available_millicores)
-    out.push_back(fmt::format(
-        "{} threads were busy (each at least 0.1 core) in the steady state across {} process(es), but only {} cores "
-        "are available: the threads compete for CPU and latency suffers; limit the thread pools (OMP_NUM_THREADS, "
-        "MKL_NUM_THREADS, torch.set_num_threads) so threads x processes stays at or below {}.",
-        busy, nproc, cores(s.available_millicores), cores(s.available_millicores)));
-  // A pool variable matters when a pool runs: matrix products in the window, or more busy threads
-  // than processes.
-  const bool pools_busy = w.matmul_us > 0 || static_cast<size_t>(busy) > nproc;
+  const double used_cores = span > 0 ? static_cast<double>(w.total_us) * 1000.0 / static_cast<double>(span) : 0;
+  if (s.available_millicores > 0 && busy > 0 && busy * 1000 > s.available_millicores) {
+    if (busy_pool > 0)
+      out.push_back(fmt::format(
+          "{} threads were busy (each at least 0.1 core) in the steady state across {} process(es), {} of them a "
+          "thread pool's workers, but only {} cores are available: the threads compete for CPU and latency suffers; "
+          "limit the thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, torch.set_num_threads) so threads x processes "
+          "stays at or below {}.",
+          busy, nproc, busy_pool, cores(s.available_millicores), cores(s.available_millicores)));
+    else if (used_cores >= 0.9 * avail)
+      // The service's own threads (request handlers): a pool variable would change nothing. They
+      // compete only when together they use the cores (Python handlers take turns on the GIL).
+      out.push_back(fmt::format(
+          "{} of the service's own threads (request handlers: no math library's thread pool was busy) used {:.1f} of "
+          "the {} available cores in the steady state: the service is CPU-bound at this load, and more threads or "
+          "connections add latency, not throughput; give it more cores or lower the load per instance.",
+          busy, used_cores, cores(s.available_millicores)));
+  }
+  // A pool variable matters when a pool runs: matrix products or a pool's busy workers in the window.
+  const bool pools_busy = w.matmul_us > 0 || busy_pool > 0;
   for (const auto& [var, value] : s.thread_env) {
     long n = strtol(value.c_str(), nullptr, 10);
     if (n > 0 && pools_busy && s.available_millicores > 0 && static_cast<double>(n) * nproc > avail)

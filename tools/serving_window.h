@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "profile/model.h"
@@ -21,6 +22,10 @@ struct WindowCpu {
                           // (is_gil_handoff_function), futex calls when another thread waits for it
   int64_t lock_wait_us = 0;  // wall mode: waits in locks / the GIL
   std::map<uint32_t, int64_t> per_thread_us;  // thread index -> CPU
+  // Threads with window samples of a thread pool's workers (OpenMP, OpenBLAS, PyTorch's pools:
+  // profile::is_thread_pool_module at the thread's start, or charged to a starting line through
+  // profile::kPoolWorkersFrameName): a math library's threads, not the service's own.
+  std::set<uint32_t> pool_threads;
 };
 
 // A sample's CPU in microseconds: the (thread, stack) row's cpu value spread over its samples'

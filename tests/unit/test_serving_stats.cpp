@@ -329,13 +329,33 @@ TEST(ServingAdvice, EachRuleFiresAtItsThresholdAndNotBelow) {
     AdviceCase c;
     EXPECT_TRUE(c.advice().empty()) << c.advice().front();
   }
-  {  // oversubscription: 3 threads busy (>= 0.1 core each) in one process for 2 cores
+  {  // oversubscription: 3 threads busy (>= 0.1 core each) in one process for 2 cores, two of them
+     // an OpenMP team's workers
     AdviceCase c;
     c.p.threads = {{0, 1, "a", 0, 0}, {0, 2, "b", 0, 0}, {0, 3, "c", 0, 0}};
     c.w.per_thread_us = {{0, 300000}, {1, 200000}, {2, 100000}};
+    c.w.pool_threads = {1, 2};
     EXPECT_TRUE(said(c.advice(), "3 threads were busy")) << ::testing::PrintToString(c.advice());
+    EXPECT_TRUE(said(c.advice(), "2 of them a thread pool's workers"));
     c.w.per_thread_us[2] = 99000;  // under 0.1 core: 2 busy threads fit
     EXPECT_FALSE(said(c.advice(), "threads were busy"));
+  }
+  {  // 4 request-handler threads (no pool), taking turns on the GIL at 0.6 of 2 cores: no advice to
+     // limit pools (it named OMP_NUM_THREADS for a threaded HTTP server's handlers)
+    AdviceCase c;
+    c.p.threads = {{0, 1, "a", 0, 0}, {0, 2, "b", 0, 0}, {0, 3, "c", 0, 0}, {0, 4, "d", 0, 0}};
+    c.w.per_thread_us = {{0, 150000}, {1, 150000}, {2, 150000}, {3, 150000}};
+    c.w.total_us = 600000;
+    EXPECT_FALSE(said(c.advice(), "threads were busy")) << ::testing::PrintToString(c.advice());
+    EXPECT_FALSE(said(c.advice(), "OMP_NUM_THREADS"));
+    EXPECT_FALSE(said(c.advice(), "service's own threads"));
+    // The same handlers using 1.9 of the 2 cores: CPU-bound, said as such.
+    c.w.per_thread_us = {{0, 475000}, {1, 475000}, {2, 475000}, {3, 475000}};
+    c.w.total_us = c.w.native_us = 1900000;
+    EXPECT_TRUE(said(c.advice(), "4 of the service's own threads")) << ::testing::PrintToString(c.advice());
+    EXPECT_FALSE(said(c.advice(), "OMP_NUM_THREADS"));
+    c.w.total_us = 1700000;  // 85% of the cores: not CPU-bound
+    EXPECT_FALSE(said(c.advice(), "service's own threads"));
   }
   {  // interpreter share >= 50%
     AdviceCase c;
@@ -427,3 +447,30 @@ TEST(ServingWindow, GilHandoffFramesAreCountedByName) {
   EXPECT_EQ(later.gil_us, 0);
 }
 
+
+// A pool's worker is known by its stack: the C runtime's thread start, then the pool's routine
+// (libgomp here), or a sample charged to its starting line under the [thread-pool workers] frame.
+// A request handler's thread (started by the interpreter) is not one.
+TEST(ServingWindow, ThreadPoolWorkersAreKnownByTheirStacks) {
+  profile::Profile p;
+  profile::StringTable st(p.strings);
+  p.metrics = {{"cpu", "us"}};
+  const uint32_t libc = st.intern("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                 gomp = st.intern("/usr/lib/x86_64-linux-gnu/libgomp.so.1"), py = st.intern("/usr/bin/python3.11");
+  p.frames = {{st.intern("clone3"), 0, 0, libc, 0, profile::FrameKind::kNative, false},
+              {st.intern("start_thread"), 0, 0, libc, 0, profile::FrameKind::kNative, false},
+              {0, 0, 0, gomp, 0x1cd67, profile::FrameKind::kNative, false},
+              {st.intern("burn"), 0, 0, py, 0, profile::FrameKind::kNative, false},
+              {st.intern("thread_run"), 0, 0, py, 0, profile::FrameKind::kNative, false},
+              {st.intern(profile::kPoolWorkersFrameName), 0, 0, 0, 0, profile::FrameKind::kNative, false}};
+  p.stacks = {{{3, 2, 1, 0}, false},   // an OpenMP worker
+              {{3, 4, 1, 0}, false},   // a thread the interpreter started
+              {{3, 5, 4}, false},      // a worker's sample charged to its starting stack
+              {{2, 1, 0}, false}};     // a stack that is only the pool's routine: still its thread
+  p.processes = {profile::Process{}};
+  p.threads = {{0, 1, "main", 0, 0}, {0, 2, "omp", 0, 0}, {0, 3, "handler", 0, 0}, {0, 4, "omp2", 0, 0}};
+  p.stack_values = {{1, 0, {10000}}, {2, 1, {10000}}, {3, 2, {10000}}, {0, 3, {10000}}};
+  p.samples = {{1, 0, 100, 1}, {2, 1, 100, 1}, {3, 2, 100, 1}, {0, 3, 100, 1}};
+  WindowCpu w = window_cpu(p, 0, 1000);
+  EXPECT_EQ(w.pool_threads, (std::set<uint32_t>{0, 1, 3}));
+}
