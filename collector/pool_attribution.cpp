@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "profile/modules.h"
+#include "profile/pool_stacks.h"
 
 namespace mlprof::collector {
 namespace {
@@ -37,6 +38,7 @@ uint64_t function_key(const Profile& p, const UnnamedStart& unnamed_start, uint3
 struct Module {
   bool runtime = false;  // the C runtime or libstdc++ (a thread's start, memcpy, syscall wrappers)
   bool pool = false;
+  bool pool_only = false;  // a runtime of nothing but the pool (libgomp): its functions never match
 };
 
 class Matcher {
@@ -52,15 +54,20 @@ class Matcher {
       modules_[m].runtime = m == 0 || profile::is_c_runtime_module(path) || base.substr(0, 9) == "libstdc++" ||
                             base == "[unknown]";
       modules_[m].pool = profile::is_thread_pool_module(path);
+      modules_[m].pool_only = profile::is_pool_runtime_only_module(path);
       known_[m] = true;
     }
     return modules_[m];
   }
 
   // A frame another thread's stack can be matched at: machine code of a program or library, not
-  // the C runtime's (everyone's memcpy and futex), not an address outside every module.
+  // the C runtime's (everyone's memcpy and futex), not an address outside every module, not a
+  // pool runtime's own (a worker spinning in libgomp between teams would match the thread that
+  // started the last team, spinning at its barrier in the same function, and charge it idle time).
   bool matchable(uint32_t frame) {
-    return p_.frames[frame].kind == FrameKind::kNative && !module(frame).runtime;
+    if (p_.frames[frame].kind != FrameKind::kNative) return false;
+    const Module& mod = module(frame);
+    return !mod.runtime && !mod.pool_only;
   }
 
   // For a pool worker's stack, the index (leaf first) of the frame just above the pool's thread
@@ -141,6 +148,14 @@ PoolCounts charge_pool_workers(const Profile& p, std::vector<PoolSample>& sample
     for (int j = hi; j >= 0 && hi - j < static_cast<int>(kMaxWorkerDepth); --j)
       if (m.matchable(frames[j])) wanted.insert(function_key(p, unnamed_start, frames[j]));
   }
+  // The pools' waiting: counted whatever the matching does below (it charges a sample that a
+  // launcher's stack shares, which takes it out of the waiting again).
+  std::vector<int8_t> only(nstacks, -1);
+  for (const PoolSample& smp : samples) {
+    if (!smp.eligible || smp.stack >= nstacks) continue;
+    if (only[smp.stack] < 0) only[smp.stack] = profile::is_pool_wait_stack(p, p.stacks[smp.stack]);
+    counts.waiting += only[smp.stack];
+  }
   if (wanted.empty()) return counts;
 
   // Where other threads' samples run those functions, in time order: their leafmost position in
@@ -174,7 +189,10 @@ PoolCounts charge_pool_workers(const Profile& p, std::vector<PoolSample>& sample
   for (PoolSample& smp : samples) {
     const int hi = sample_top(smp);
     if (hi < 0) continue;
-    ++counts.worker_samples;
+    // A pool waiting for work is a worker sample only when it is charged (OpenBLAS's kernels are in
+    // its pool's file: such a stack is its work when another thread ran the same kernel).
+    const bool waits = only[smp.stack] == 1;
+    counts.worker_samples += !waits;
     const std::vector<uint32_t> frames = p.stacks[smp.stack].frames;
     for (int j = hi; j >= 0 && hi - j < static_cast<int>(kMaxWorkerDepth); --j) {
       if (!m.matchable(frames[j])) continue;
@@ -195,6 +213,10 @@ PoolCounts charge_pool_workers(const Profile& p, std::vector<PoolSample>& sample
         out.insert(out.end(), launcher.frames.begin() + h.pos + 1, launcher.frames.end());
         const bool truncated = launcher.truncated;
         c = charged.emplace(key, intern(std::move(out), truncated)).first;
+      }
+      if (waits) {
+        --counts.waiting;
+        ++counts.worker_samples;
       }
       smp.stack = c->second;
       ++counts.charged;

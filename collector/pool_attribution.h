@@ -39,8 +39,12 @@ struct PoolSample {
 };
 
 struct PoolCounts {
-  uint64_t worker_samples = 0;  // samples on a pool worker's stack
+  uint64_t worker_samples = 0;  // samples on a pool worker's stack, but for its waiting (below)
   uint64_t charged = 0;         // of those, charged to a launcher's stack
+  // Samples of a pool's thread in nothing but the pool runtime's own code (and the C runtime's)
+  // that no launcher ran: the pool waiting for work, spinning (libgomp's GOMP_SPINCOUNT spin,
+  // pthreadpool's, OpenBLAS's sched_yield loop). Not charged to any line.
+  uint64_t waiting = 0;
 };
 
 // Interns a stack (frames leaf first) in the profile being built and returns its index.

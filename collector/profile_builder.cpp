@@ -236,6 +236,7 @@ class Builder {
       proc_ref.counters["pool_worker_samples"] = pool.worker_samples;
       proc_ref.counters["pool_worker_samples_charged"] = pool.charged;
     }
+    if (pool.waiting > 0) proc_ref.counters["pool_wait_samples"] = pool.waiting;
     if (s.python.present) {
       proc_ref.counters["python_samples"] = python_samples;
       proc_ref.counters["python_merge_failures"] = merge_failed;

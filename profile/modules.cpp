@@ -20,6 +20,13 @@ bool is_interpreter_module(std::string_view path) {
   return base.substr(0, 6) == "python" || base.substr(0, 9) == "libpython";
 }
 
+bool is_pool_runtime_only_module(std::string_view path) {
+  const std::string_view base = module_basename(path);
+  for (std::string_view p : {"libgomp", "libomp", "libiomp", "libpthreadpool", "libtbb"})
+    if (base.substr(0, p.size()) == p) return true;
+  return false;
+}
+
 bool is_thread_pool_module(std::string_view path) {
   const std::string_view base = module_basename(path);
   auto starts = [&](std::string_view p) { return base.substr(0, p.size()) == p; };

@@ -22,4 +22,9 @@ bool is_interpreter_module(std::string_view path);
 // is a pool worker (collector/pool_attribution.h).
 bool is_thread_pool_module(std::string_view path);
 
+// Of those, the runtimes that hold nothing but the pool (OpenMP's, pthreadpool, oneTBB): their own
+// functions (a team's start, its barriers, the spin while a thread waits for work) are nobody's
+// work, where OpenBLAS's and MKL's threading layers also hold the kernels their workers run.
+bool is_pool_runtime_only_module(std::string_view path);
+
 }  // namespace mlprof::profile

@@ -111,15 +111,21 @@ std::string header(const Profile& prof, const Style& st, uint32_t m, int64_t gra
   // Thread-pool workers' samples charged to the line that started their work
   // (collector/pool_attribution.h): how many, so a worker table that still shows its own frames is
   // explained.
-  uint64_t pool = 0, pool_charged = 0;
+  uint64_t pool = 0, pool_charged = 0, pool_wait = 0;
   for (const auto& proc : prof.processes) {
     if (auto it = proc.counters.find("pool_worker_samples"); it != proc.counters.end()) pool += it->second;
     if (auto it = proc.counters.find("pool_worker_samples_charged"); it != proc.counters.end()) pool_charged += it->second;
+    if (auto it = proc.counters.find("pool_wait_samples"); it != proc.counters.end()) pool_wait += it->second;
   }
+  std::string pools;
   if (pool > 0)
-    kv("Thread pools:", fmt::format("{} of {} worker samples ({}) charged to the lines that started their work",
-                                    pool_charged, pool,
-                                    detail::format_percent(static_cast<int64_t>(pool_charged), static_cast<int64_t>(pool))));
+    pools = fmt::format("{} of {} worker samples ({}) charged to the lines that started their work", pool_charged, pool,
+                        detail::format_percent(static_cast<int64_t>(pool_charged), static_cast<int64_t>(pool)));
+  // The pools' threads spinning while they wait for work: CPU the service pays that no line asked for.
+  if (pool_wait > 0 && c.samples > 0)
+    pools += fmt::format("{}{} samples ({} of all) were pool threads waiting for work (spinning)", pools.empty() ? "" : "; ",
+                         pool_wait, detail::format_percent(static_cast<int64_t>(pool_wait), static_cast<int64_t>(c.samples)));
+  if (!pools.empty()) kv("Thread pools:", pools);
   kv("Sampling:", fmt::format("{} Hz requested, timer {}", prof.run.rate_hz,
                               prof.run.timer.empty() ? "-" : clean(prof.run.timer)));
   if (m != profile::kNone) {

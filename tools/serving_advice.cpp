@@ -131,6 +131,14 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
         "{} of the steady-state CPU is in matrix products (BLAS/GEMM frames): the service is compute-bound in the "
         "model; quantization (int8) or a smaller model would cut it.",
         pct(w.matmul_us, w.total_us)));
+  if (enough && w.pool_wait_us * 10 >= w.total_us)
+    out.push_back(fmt::format(
+        "{} of the steady-state CPU ({} ms per request) was thread pools' threads spinning while they waited for "
+        "work (OpenMP's, PyTorch's, OpenBLAS's), CPU no request asked for and part of the cores used above: "
+        "OMP_WAIT_POLICY=passive makes OpenMP's threads sleep instead, and fewer pool threads "
+        "(OMP_NUM_THREADS, torch.set_num_threads) spin less.",
+        pct(w.pool_wait_us, w.total_us),
+        fmt::format("{:.2f}", s.window_requests ? w.pool_wait_us / 1000.0 / s.window_requests : 0.0)));
   if (enough && w.gil_us * 10 >= w.total_us)
     out.push_back(fmt::format(
         "{} of the steady-state CPU ({} ms per request) {} "

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "profile/modules.h"
+#include "profile/pool_stacks.h"
 
 namespace mlprof::tools {
 
@@ -86,13 +87,8 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) 
   Rows rows = rows_of(p);
   const uint32_t cpu = p.metric("cpu"), interp = p.metric("cpu-interpreter"), native = p.metric("cpu-native"),
                  sys = p.metric("cpu-system"), wait = p.metric("wait");
-  std::map<uint32_t, std::tuple<bool, bool, bool, bool, bool>> stack_kind;  // matmul, gc, lock, gil, pool worker
-  std::vector<int8_t> runtime_module(p.strings.size(), -1);  // is_c_runtime_module per module string, lazily
-  auto is_runtime = [&](uint32_t m) {
-    if (m >= runtime_module.size()) return false;
-    if (runtime_module[m] < 0) runtime_module[m] = m == 0 || profile::is_c_runtime_module(p.str(m));
-    return runtime_module[m] == 1;
-  };
+  // matmul, gc, lock, gil, a pool worker's, a pool waiting for work
+  std::map<uint32_t, std::tuple<bool, bool, bool, bool, bool, bool>> stack_kind;
   for (auto& s : p.samples) {
     if (s.t_ns < from_ns || s.t_ns >= to_ns) continue;
     const RowKey k{s.thread, s.stack};
@@ -104,17 +100,10 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) 
     w.per_thread_us[s.thread] += c;
     auto it = stack_kind.find(s.stack);
     if (it == stack_kind.end()) {
-      bool mm = false, gc = false, lock = false, gil = false, pool = false;
+      bool mm = false, gc = false, lock = false, gil = false, pool = false, wait = false;
       if (s.stack < p.stacks.size()) {
-        // A worker's stack starts at the C runtime's thread start, then the pool's routine.
-        const auto& frames = p.stacks[s.stack].frames;
-        for (auto f = frames.rbegin(); f != frames.rend(); ++f) {
-          const profile::Frame& fr = p.frames.at(*f);
-          if (fr.kind == profile::FrameKind::kNative && is_runtime(fr.module)) continue;
-          pool = f != frames.rbegin() && fr.kind == profile::FrameKind::kNative && fr.module < p.strings.size() &&
-                 profile::is_thread_pool_module(p.str(fr.module));
-          break;
-        }
+        pool = profile::is_pool_thread_stack(p, p.stacks[s.stack]);
+        wait = profile::is_pool_wait_stack(p, p.stacks[s.stack]);
       }
       if (s.stack < p.stacks.size())
         for (uint32_t f : p.stacks[s.stack].frames) {
@@ -125,12 +114,12 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) 
           lock = lock || contains(fn, "pthread_mutex") || contains(fn, "take_gil") || contains(fn, "futex") ||
                  contains(fn, "pthread_cond");
           gil = gil || is_gil_handoff_function(fn);
-          pool = pool || fn == profile::kPoolWorkersFrameName;
         }
-      it = stack_kind.emplace(s.stack, std::make_tuple(mm, gc, lock, gil, pool)).first;
+      it = stack_kind.emplace(s.stack, std::make_tuple(mm, gc, lock, gil, pool, wait)).first;
     }
-    auto [mm, gc, lock, gil, pool] = it->second;
-    if (pool) w.pool_threads.insert(s.thread);
+    auto [mm, gc, lock, gil, pool, wait] = it->second;
+    if (pool || wait) w.pool_threads.insert(s.thread);
+    if (wait) w.pool_wait_us += c;
     if (mm) w.matmul_us += c;
     if (gc) w.gc_us += c;
     if (gil) w.gil_us += c;

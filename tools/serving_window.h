@@ -26,6 +26,7 @@ struct WindowCpu {
   // profile::is_thread_pool_module at the thread's start, or charged to a starting line through
   // profile::kPoolWorkersFrameName): a math library's threads, not the service's own.
   std::set<uint32_t> pool_threads;
+  int64_t pool_wait_us = 0;  // a pool's threads waiting for work, spinning (profile::is_pool_wait_stack)
 };
 
 // A sample's CPU in microseconds: the (thread, stack) row's cpu value spread over its samples'

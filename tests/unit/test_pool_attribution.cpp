@@ -95,6 +95,38 @@ TEST_F(PoolFixture, AWorkerSampleTakesTheNearestLauncherCallers) {
   EXPECT_EQ(samples[2].stack, at13);
 }
 
+// A pool's threads in nothing but the pool runtime's own code (its spin before sleeping) are waiting
+// for work: counted apart, charged to no line, unless a launcher spun in the same function (a
+// team's barrier), which charges the sample instead. Work no launcher ran is not waiting.
+TEST_F(PoolFixture, APoolSpinningForWorkIsCountedAsWaiting) {
+  const uint32_t start = frame("start_thread", kLibc), clone = frame("clone3", kLibc),
+                 thread_start = frame("", kGomp, 0x1cd67), spin = frame("", kGomp, 0x1f622),
+                 yield = frame("sched_yield", kLibc), fn = frame("work._omp_fn.0", kLib), other = frame("other", kLib),
+                 parallel = frame("GOMP_parallel", kGomp), eval = frame("_PyEval_EvalFrameDefault", kPython);
+  starts_[thread_start] = 0x1cd00;
+  starts_[spin] = 0x1f600;
+  const uint32_t line7 = py("<module>", 7);
+  const uint32_t idle = stack({spin, thread_start, start, clone});          // spinning in libgomp
+  const uint32_t idle_yield = stack({yield, spin, thread_start, start, clone});
+  const uint32_t leaf_only = stack({thread_start, start, clone});           // pthreadpool-like: the routine itself
+  const uint32_t unknown_work = stack({other, thread_start, start, clone});  // work no launcher ran
+  const uint32_t launcher = stack({fn, parallel, eval, line7});
+  std::vector<PoolSample> samples = {{idle, 10, true, 2}, {idle_yield, 20, true, 2}, {leaf_only, 30, true, 2},
+                                     {unknown_work, 40, true, 2}, {launcher, 50, true, 1}};
+  PoolCounts c = charge(samples);
+  EXPECT_EQ(c.waiting, 3u);
+  EXPECT_EQ(c.charged, 0u);
+  // The launcher at a team's barrier spins in the same libgomp function: a pool runtime's own
+  // function is nobody's work, so the worker's spin is not charged to that line (it was: the idle
+  // spin between teams went to the line of the last team).
+  const uint32_t barrier = stack({spin, parallel, eval, line7});
+  std::vector<PoolSample> team = {{idle, 10, true, 2}, {barrier, 12, true, 1}, {leaf_only, 30, true, 2}};
+  c = charge(team);
+  EXPECT_EQ(c.charged, 0u);
+  EXPECT_EQ(c.waiting, 2u);
+  EXPECT_EQ(team[0].stack, idle);
+}
+
 // PyTorch's QNNPACK/XNNPACK pool (libpthreadpool, Debian's torch): the worker runs the task
 // function the calling thread also runs through pthreadpool_parallelize_*, both unnamed in the
 // stripped libraries, matched by their function starts. libpthreadpool's name begins like
@@ -120,8 +152,10 @@ TEST_F(PoolFixture, PthreadpoolWorkersAreChargedToTheLineThatParallelized) {
   const PoolCounts c = charge(samples);
   EXPECT_EQ(c.worker_samples, 1u);
   EXPECT_EQ(c.charged, 1u);
+  // Matched at the task function (pthreadpool's own functions never match), spliced under the
+  // launcher's call of it.
   EXPECT_EQ(names(samples[1].stack),
-            "? <- ? <- ? <- [thread-pool workers] <- pthreadpool_parallelize_2d_tile_2d <- at::native::qlinear_dynamic <- "
+            "? <- ? <- [thread-pool workers] <- ? <- pthreadpool_parallelize_2d_tile_2d <- at::native::qlinear_dynamic <- "
             "_PyEval_EvalFrameDefault <- <module>:11");
 }
 
@@ -226,8 +260,9 @@ TEST_F(PoolFixture, CutStacksOnAPoolThreadMatchStartingStacksWithPythonFrames) {
   EXPECT_TRUE(p_.stacks[samples[3].stack].truncated);
   EXPECT_EQ(samples[4].stack, cut_worker);  // thread 3 is no pool's
   EXPECT_EQ(samples[0].stack, spin);        // the idle spin: no one's function
-  EXPECT_EQ(c.worker_samples, 2u);
+  EXPECT_EQ(c.worker_samples, 1u);
   EXPECT_EQ(c.charged, 1u);
+  EXPECT_EQ(c.waiting, 1u);  // the spin: its thread routine calling sched_yield
 }
 
 TEST(PoolModules, ThreadPoolRuntimesAreKnownByTheirFiles) {
@@ -236,6 +271,13 @@ TEST(PoolModules, ThreadPoolRuntimesAreKnownByTheirFiles) {
                         "/site-packages/numpy.libs/libscipy_openblas64_-ff651d7f.so", "/site-packages/torch/lib/libc10.so",
                         "/usr/lib/x86_64-linux-gnu/libpthreadpool.so.0", "/usr/lib/libtbb.so.12", "/opt/intel/lib/libmkl_intel_thread.so.2"})
     EXPECT_TRUE(is_thread_pool_module(m)) << m;
+  // Runtimes of nothing but the pool, whose functions are nobody's work; OpenBLAS, MKL's threading
+  // layers and libc10 hold work too.
+  for (const char* m : {"/usr/lib/x86_64-linux-gnu/libgomp.so.1", "/site-packages/torch/lib/libgomp-a34b3233.so.1",
+                        "/opt/intel/lib/libiomp5.so", "/usr/lib/x86_64-linux-gnu/libpthreadpool.so.0", "/usr/lib/libtbb.so.12"})
+    EXPECT_TRUE(is_pool_runtime_only_module(m)) << m;
+  for (const char* m : {"/usr/lib/libopenblas.so.0", "/opt/intel/lib/libmkl_intel_thread.so.2", "/site-packages/torch/lib/libc10.so"})
+    EXPECT_FALSE(is_pool_runtime_only_module(m)) << m;
   for (const char* m : {"/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3.11", "/opt/app/libwork.so",
                         "/usr/lib/libblas.so.3", "/site-packages/torch/lib/libtorch_cpu.so"})
     EXPECT_FALSE(is_thread_pool_module(m)) << m;

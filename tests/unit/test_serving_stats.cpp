@@ -357,6 +357,15 @@ TEST(ServingAdvice, EachRuleFiresAtItsThresholdAndNotBelow) {
     c.w.total_us = 1700000;  // 85% of the cores: not CPU-bound
     EXPECT_FALSE(said(c.advice(), "service's own threads"));
   }
+  {  // thread pools spinning while they wait: >= 10% of the window's CPU
+    AdviceCase c;
+    c.w.pool_wait_us = 50000;
+    EXPECT_TRUE(said(c.advice(), "10% of the steady-state CPU (0.50 ms per request) was thread pools' threads "
+                                 "spinning")) << ::testing::PrintToString(c.advice());
+    EXPECT_TRUE(said(c.advice(), "OMP_WAIT_POLICY=passive"));
+    c.w.pool_wait_us = 49000;
+    EXPECT_FALSE(said(c.advice(), "spinning"));
+  }
   {  // interpreter share >= 50%
     AdviceCase c;
     c.w.interpreter_us = 250000;
@@ -473,4 +482,5 @@ TEST(ServingWindow, ThreadPoolWorkersAreKnownByTheirStacks) {
   p.samples = {{1, 0, 100, 1}, {2, 1, 100, 1}, {3, 2, 100, 1}, {0, 3, 100, 1}};
   WindowCpu w = window_cpu(p, 0, 1000);
   EXPECT_EQ(w.pool_threads, (std::set<uint32_t>{0, 1, 3}));
+  EXPECT_EQ(w.pool_wait_us, 10000);  // the stack of nothing but the pool's routine: waiting for work
 }
