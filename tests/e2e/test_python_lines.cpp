@@ -371,6 +371,42 @@ TEST_P(PythonPool, WorkersCpuIsChargedToTheLineThatStartedIt) {
       << report.out;
 }
 
+// The same team with OpenMP's active wait policy: the worker spins in libgomp through the 0.1 s
+// sleeps between teams. That spin is the pool waiting for work: counted apart (pool_wait_samples),
+// said in the summary, and charged to neither line (it matched the starting thread's spin at its
+// team's barrier and went to the line of the last team); the lines' split stays the work's 2:1.
+TEST(PythonPoolWaiting, SpinningBetweenTeamsIsCountedAndOnNoLine) {
+  const std::string file = kDir + "pool.py";
+  Profiled run = profile_run({"/usr/bin/python3", file, fixture("libfixture_python_pool.so"), "60"}, {},
+                             {"OMP_NUM_THREADS=2", "OMP_WAIT_POLICY=active"});
+  ASSERT_TRUE(run.ok);
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.err;
+  const auto& p = run.profile;
+  const uint32_t heavy = marker_line(file, "# POOL-HEAVY"), light = marker_line(file, "# POOL-LIGHT");
+  const auto& counters = p.processes.at(0).counters;
+  ASSERT_TRUE(counters.count("pool_wait_samples")) << "no waiting counted";
+  EXPECT_GE(counters.at("pool_wait_samples"), 10u);  // ~0.4 s of sleeps: ~40 samples of spin
+  // Charged stacks hold the worker's work only: a function of the fixture's above the marker.
+  const uint32_t pid = p.processes.at(0).pid;
+  std::map<uint32_t, int64_t> worker_by_line;
+  for (auto& sv : p.stack_values) {
+    if (p.threads.at(sv.thread).tid == pid) continue;
+    const auto& frames = p.stacks.at(sv.stack).frames;
+    auto marker = std::find_if(frames.begin(), frames.end(),
+                               [&](uint32_t f) { return p.str(p.frames.at(f).function) == profile::kPoolWorkersFrameName; });
+    if (marker == frames.end()) continue;
+    const std::string above = p.str(p.frames.at(*(marker - 1)).function);
+    EXPECT_TRUE(above.rfind("omp_burn._omp_fn", 0) == 0 || above == "burn") << "charged at " << above;
+    const size_t i = innermost_python(p, frames);
+    if (i < frames.size() && p.str(p.frames[frames[i]].file) == file) worker_by_line[p.frames[frames[i]].line] += sv.values.at(cpu(p));
+  }
+  const int64_t wh = worker_by_line[heavy], wl = worker_by_line[light];
+  EXPECT_GT(wh * 10, wl * 12) << "worker at heavy " << wh << " us, at light " << wl << " us";
+  EXPECT_LT(wh * 10, wl * 33) << "worker at heavy " << wh << " us, at light " << wl << " us";
+  RunResult report = e2e::run({MLPROF_CLI, "report", run.path});
+  EXPECT_NE(report.out.find("were pool threads waiting for work (spinning)"), std::string::npos) << report.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonPool, ::testing::ValuesIn(e2e::supported_interpreters()),
                          [](const ::testing::TestParamInfo<e2e::Interpreter>& i) { return i.param.name(); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonPool);
