@@ -221,8 +221,18 @@ std::vector<Hint> hints(const Profile& p) {
                                u.cpus, u.cpus == 1 ? "" : "s"),
                    "", 0, ""});
   }
-  // Lost samples.
+  // Thread pools spinning while they wait for work (collector/pool_attribution.h).
   detail::RunCounters rc = detail::run_counters(p);
+  uint64_t pool_wait = 0;
+  for (const auto& pr : p.processes) pool_wait += detail::counter(pr, "pool_wait_samples");
+  if (rc.samples > 0 && pool_wait * 10 >= rc.samples)
+    out.push_back({"pool-waiting", "warn",
+                   fmt::format("{:.0f}% of the samples were thread pools' threads spinning while they waited for "
+                               "work (OpenMP's, PyTorch's, OpenBLAS's): CPU no line asked for. OMP_WAIT_POLICY=passive "
+                               "makes OpenMP's threads sleep instead; fewer pool threads spin less.",
+                               share(static_cast<int64_t>(pool_wait), static_cast<int64_t>(rc.samples))),
+                   "", 0, ""});
+  // Lost samples.
   if (rc.samples > 0 && rc.dropped() * 100 >= rc.samples) {
     out.push_back(
         {"dropped-samples", "warn",

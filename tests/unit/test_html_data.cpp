@@ -456,6 +456,24 @@ TEST(HtmlHints, MoreBusyThreadsThanCpus) {
     if (h.kind == "oversubscribed") EXPECT_NE(h.text.find("Up to 4 threads"), std::string::npos) << h.text;
 }
 
+// Thread pools spinning for a tenth or more of the samples get a hint; less does not.
+TEST(HtmlHints, ThreadPoolsSpinningForWorkAreTold) {
+  auto pool_hint = [](uint64_t samples, uint64_t waiting) {
+    Profile p;
+    p.processes.resize(1);
+    p.processes[0].counters["samples"] = samples;
+    if (waiting) p.processes[0].counters["pool_wait_samples"] = waiting;
+    for (const auto& h : report::hints(p))
+      if (h.kind == "pool-waiting") return h.text;
+    return std::string();
+  };
+  EXPECT_NE(pool_hint(1000, 550).find("55% of the samples were thread pools' threads spinning"), std::string::npos)
+      << pool_hint(1000, 550);
+  EXPECT_NE(pool_hint(1000, 100).find("OMP_WAIT_POLICY=passive"), std::string::npos);
+  EXPECT_EQ(pool_hint(1000, 99), "");
+  EXPECT_EQ(pool_hint(1000, 0), "");
+}
+
 TEST(HtmlData, PageDataHasTheInteractiveParts) {
   Profile p = mlprof::report_test::make_report_profile();
   json d = report::report_data(p);
