@@ -51,4 +51,10 @@ bool is_pool_wait_stack(const Profile& p, const Stack& s) {
   return pool > 0 && (!mixed || pool == 1);
 }
 
+uint32_t pool_routine_module(const Profile& p, const Stack& s) {
+  for (auto f = s.frames.rbegin(); f != s.frames.rend(); ++f)
+    if (!is_pool_runtime_frame(p, *f)) return pool_frame(p, *f) ? p.frames.at(*f).module : 0;
+  return 0;
+}
+
 }  // namespace mlprof::profile

@@ -22,4 +22,8 @@ bool is_pool_thread_stack(const Profile& p, const Stack& s);
 // sched_yield loop).
 bool is_pool_wait_stack(const Profile& p, const Stack& s);
 
+// The module (string index) of a pool's stack's thread routine: its first frame above the C
+// runtime's thread start; 0 when the stack has none.
+uint32_t pool_routine_module(const Profile& p, const Stack& s);
+
 }  // namespace mlprof::profile

@@ -131,14 +131,21 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
         "{} of the steady-state CPU is in matrix products (BLAS/GEMM frames): the service is compute-bound in the "
         "model; quantization (int8) or a smaller model would cut it.",
         pct(w.matmul_us, w.total_us)));
-  if (enough && w.pool_wait_us * 10 >= w.total_us)
+  if (enough && w.pool_wait_us * 10 >= w.total_us) {
+    // Which pools, most first: each has its own knob.
+    std::vector<std::pair<int64_t, std::string>> by;
+    for (const auto& [lib, us] : w.pool_wait_by_library) by.push_back({us, lib});
+    std::sort(by.rbegin(), by.rend());
+    std::string which;
+    for (const auto& [us, lib] : by) which += (which.empty() ? "" : ", ") + lib + " " + pct(us, w.total_us);
     out.push_back(fmt::format(
         "{} of the steady-state CPU ({} ms per request) was thread pools' threads spinning while they waited for "
-        "work (OpenMP's, PyTorch's, OpenBLAS's), CPU no request asked for and part of the cores used above: "
-        "OMP_WAIT_POLICY=passive makes OpenMP's threads sleep instead, and fewer pool threads "
-        "(OMP_NUM_THREADS, torch.set_num_threads) spin less.",
+        "work ({}), CPU no request asked for and part of the cores used above: OMP_WAIT_POLICY=passive makes "
+        "OpenMP's threads (libgomp, libomp, libiomp5) sleep instead, and fewer pool threads (OMP_NUM_THREADS, "
+        "torch.set_num_threads, whose count PyTorch's pthreadpool follows) spin less.",
         pct(w.pool_wait_us, w.total_us),
-        fmt::format("{:.2f}", s.window_requests ? w.pool_wait_us / 1000.0 / s.window_requests : 0.0)));
+        fmt::format("{:.2f}", s.window_requests ? w.pool_wait_us / 1000.0 / s.window_requests : 0.0), which));
+  }
   if (enough && w.gil_us * 10 >= w.total_us)
     out.push_back(fmt::format(
         "{} of the steady-state CPU ({} ms per request) {} "

@@ -119,7 +119,11 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) 
     }
     auto [mm, gc, lock, gil, pool, wait] = it->second;
     if (pool || wait) w.pool_threads.insert(s.thread);
-    if (wait) w.pool_wait_us += c;
+    if (wait) {
+      w.pool_wait_us += c;
+      const uint32_t m = profile::pool_routine_module(p, p.stacks[s.stack]);
+      w.pool_wait_by_library[m ? std::string(profile::module_basename(p.str(m))) : "?"] += c;
+    }
     if (mm) w.matmul_us += c;
     if (gc) w.gc_us += c;
     if (gil) w.gil_us += c;

@@ -27,6 +27,7 @@ struct WindowCpu {
   // profile::kPoolWorkersFrameName): a math library's threads, not the service's own.
   std::set<uint32_t> pool_threads;
   int64_t pool_wait_us = 0;  // a pool's threads waiting for work, spinning (profile::is_pool_wait_stack)
+  std::map<std::string, int64_t> pool_wait_by_library;  // that CPU by the pool's file name (libgomp.so.1)
 };
 
 // A sample's CPU in microseconds: the (thread, stack) row's cpu value spread over its samples'

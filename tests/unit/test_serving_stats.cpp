@@ -360,8 +360,10 @@ TEST(ServingAdvice, EachRuleFiresAtItsThresholdAndNotBelow) {
   {  // thread pools spinning while they wait: >= 10% of the window's CPU
     AdviceCase c;
     c.w.pool_wait_us = 50000;
+    c.w.pool_wait_by_library = {{"libgomp.so.1", 10000}, {"libpthreadpool.so.0", 40000}};
     EXPECT_TRUE(said(c.advice(), "10% of the steady-state CPU (0.50 ms per request) was thread pools' threads "
-                                 "spinning")) << ::testing::PrintToString(c.advice());
+                                 "spinning while they waited for work (libpthreadpool.so.0 8%, libgomp.so.1 2%)"))
+        << ::testing::PrintToString(c.advice());
     EXPECT_TRUE(said(c.advice(), "OMP_WAIT_POLICY=passive"));
     c.w.pool_wait_us = 49000;
     EXPECT_FALSE(said(c.advice(), "spinning"));
@@ -483,4 +485,5 @@ TEST(ServingWindow, ThreadPoolWorkersAreKnownByTheirStacks) {
   WindowCpu w = window_cpu(p, 0, 1000);
   EXPECT_EQ(w.pool_threads, (std::set<uint32_t>{0, 1, 3}));
   EXPECT_EQ(w.pool_wait_us, 10000);  // the stack of nothing but the pool's routine: waiting for work
+  EXPECT_EQ(w.pool_wait_by_library, (std::map<std::string, int64_t>{{"libgomp.so.1", 10000}}));
 }
