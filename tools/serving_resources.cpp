@@ -18,7 +18,8 @@ namespace {
 
 struct Stat {
   pid_t pid = 0, ppid = 0;
-  int64_t cpu_ticks = 0;
+  int64_t cpu_ticks = 0;    // utime + stime: the process's own threads
+  int64_t child_ticks = 0;  // cutime + cstime: its children it reaped (and theirs, recursively)
   int64_t threads = 0;
   int64_t rss_pages = 0;
   uint64_t start = 0;
@@ -47,6 +48,8 @@ bool read_stat(const std::string& path, Stat* s) {
         case 4: s->ppid = static_cast<pid_t>(v); break;
         case 14: s->cpu_ticks += v; break;  // utime
         case 15: s->cpu_ticks += v; break;  // stime
+        case 16: s->child_ticks += v; break;  // cutime
+        case 17: s->child_ticks += v; break;  // cstime
         case 20: s->threads = v; break;
         case 22: s->start = static_cast<uint64_t>(v); break;
         case 24: s->rss_pages = v; break;
@@ -113,22 +116,57 @@ profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
   static const int64_t page = sysconf(_SC_PAGESIZE);
   profile::ServingResourcePoint pt;
   pt.t_ns = t_ns;
+  auto same = [&](pid_t pid, const Seen& was) {
+    auto a = all.find(pid);
+    return a != all.end() && a->second.start == was.start;
+  };
+  std::set<pid_t> in_tree(tree.begin(), tree.end());
+  // A process seen at the last poll and gone now (or its pid reused) was reaped: by a process of
+  // the tree, whose cutime + cstime then grew by all the CPU the gone one used (its own and its
+  // reaped children's), or by mlprof-run (the command, orphans). What it had used at the last
+  // poll was counted already (or is in the baseline), so the reaper's children's CPU pays that
+  // back first (`owed`): the rest is what it used since, a child that lived between two polls
+  // all of it. A reaper gone too passes it up to its own parent, which reaps both.
+  std::map<pid_t, int64_t> owed;
+  for (const auto& [pid, was] : seen_) {
+    if (in_tree.count(pid) && same(pid, was)) continue;
+    pid_t up = was.ppid;
+    for (int hops = 0; hops < 64; ++hops) {
+      auto w = seen_.find(up);
+      if (w == seen_.end() || (in_tree.count(up) && same(up, w->second))) break;
+      up = w->second.ppid;
+    }
+    owed[up] += was.cpu_ns + was.owed;
+  }
   std::map<pid_t, Seen> next;
   for (pid_t pid : tree) {
     const Stat& s = all[pid];
     const int64_t sched = proc_ == "/proc" ? sched_cpu_ns(pid) : -1;  // a test's fake /proc: its pids are not real
     const bool precise = sched >= 0;
-    const int64_t cpu = precise ? sched : s.cpu_ticks * tick_ns;
+    const int64_t own = precise ? sched : s.cpu_ticks * tick_ns;
+    const int64_t children = s.child_ticks * tick_ns;
+    Seen now{s.start, s.ppid, own + children, own, children, precise, 0};
     auto it = seen_.find(pid);
-    // A process seen before adds its growth; a new one adds what it used since it started only
-    // when it is not the first poll (at the first poll the baseline is zero by definition). A
-    // process whose clock changed kind (it could be read, now only /proc can) starts over.
+    // A process seen before adds its growth; a new one adds what it used since it started
+    // (its reaped children's included) only when it is not the first poll (at the first poll the
+    // baseline is zero by definition). A process whose clock changed kind (it could be read, now
+    // only /proc can) starts over for its own CPU.
     if (it != seen_.end() && it->second.start == s.start) {
-      if (it->second.precise == precise) cpu_total_ += std::max<int64_t>(0, cpu - it->second.cpu_ns);
+      const Seen& was = it->second;
+      if (was.precise == precise) cpu_total_ += std::max<int64_t>(0, own - was.own_ns);
+      const int64_t grown = std::max<int64_t>(0, children - was.children_ns);
+      int64_t debt = was.owed + (owed.count(pid) ? owed[pid] : 0);
+      const int64_t paid = std::min(debt, grown);
+      cpu_total_ += grown - paid;
+      debt -= paid;
+      // /proc gives cutime + cstime in whole ticks (the sum is truncated, not each child): what
+      // a reaped child had used may exceed its reaper's growth by less than a tick. More than
+      // that is a reap /proc did not show yet (read between the two files): owed to the next poll.
+      now.owed = grown > 0 && debt < tick_ns ? 0 : debt;
     } else if (polled_) {
-      cpu_total_ += cpu;
+      cpu_total_ += own + children;
     }
-    next[pid] = {s.start, cpu, precise};
+    next[pid] = now;
     pt.rss_bytes += s.rss_pages * page;
     pt.threads += static_cast<uint32_t>(s.threads);
     ++pt.processes;

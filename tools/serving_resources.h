@@ -22,8 +22,10 @@ class TreePoller {
       : ancestor_(ancestor), proc_(std::move(proc_root)) {}
   // One poll: CPU used by the tree since the first poll (sum over processes of their CPU growth
   // between polls, so processes that come and go count while seen), summed RSS, counts. A
-  // process's CPU is its scheduler clock (clock_getcpuclockid: ns, exited threads included), or
-  // /proc/PID/stat's utime + stime ticks where that clock cannot be read.
+  // process's CPU is its own, from its scheduler clock (clock_getcpuclockid: ns, exited threads
+  // included) or /proc/PID/stat's utime + stime ticks where that clock cannot be read, plus its
+  // reaped children's (cutime + cstime, ticks): a child that lived between two polls (a process
+  // forked per request) counts when its parent reaps it, a child seen alive is not counted twice.
   profile::ServingResourcePoint poll(int64_t t_ns);
   // The processes of the tree at the last poll, with their CPU time then (ns).
   std::map<pid_t, int64_t> cpu_by_pid() const {
@@ -35,8 +37,12 @@ class TreePoller {
  private:
   struct Seen {
     uint64_t start = 0;    // start time (field 22): tells a reused pid apart
-    int64_t cpu_ns = 0;
-    bool precise = false;  // cpu_ns from the scheduler's clock, not /proc's ticks
+    pid_t ppid = 0;
+    int64_t cpu_ns = 0;    // own_ns + children_ns
+    int64_t own_ns = 0;    // its threads' CPU
+    int64_t children_ns = 0;  // its reaped children's (cutime + cstime)
+    bool precise = false;  // own_ns from the scheduler's clock, not /proc's ticks
+    int64_t owed = 0;      // CPU of gone children counted already, not yet in children_ns
   };
   pid_t ancestor_;
   std::string proc_;

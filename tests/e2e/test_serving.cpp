@@ -268,6 +268,32 @@ TEST(Serving, AShortLoadStillMeasuresItsCpu) {
   EXPECT_GE(cpu_in_load, 75000000) << polls;
 }
 
+// A service that forks a child per request, which burns 20 ms of CPU and exits: the children live
+// between the 100 ms polls, and their CPU reached the tree's only as their parent's cutime +
+// cstime, which was not read (maxUtilizedCpu read 0.20 cores where the children used ~0.8).
+TEST(Serving, ChildrenForkedPerRequestCountInTheCpu) {
+  constexpr int kRequests = 60;
+  constexpr int64_t kChildCpuNs = 20000000;
+  Served s = serve({"--max-requests", std::to_string(kRequests), "--duration", "60", "--no-profile"},
+                   {"--fork-spin-us", std::to_string(kChildCpuNs / 1000)});
+  ASSERT_TRUE(s.run.ok);
+  ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  ASSERT_EQ(sv.success_queries, static_cast<uint64_t>(kRequests));
+  int64_t cpu_in_load = 0;
+  for (size_t i = 1; i < sv.resources.size(); ++i)
+    if (sv.resources[i].t_ns > sv.ready_ns) cpu_in_load += sv.resources[i].cpu_ns - sv.resources[i - 1].cpu_ns;
+  // The children's CPU alone, less a tick (cutime + cstime are whole ticks).
+  EXPECT_GE(cpu_in_load, kRequests * kChildCpuNs - 10000000);
+  // The peak over 1 s windows is at least the children's average over the load (less 10%: the
+  // windows start at polls, not at the load's start and end).
+  const double load_s = (sv.load_end_ns - sv.load_start_ns) / 1e9;
+  ASSERT_GT(load_s, 1.0);
+  EXPECT_GE(sv.max_utilized_millicores, 0.9 * kRequests * kChildCpuNs / 1e6 / load_s)
+      << "load " << load_s << " s, CPU in it " << cpu_in_load / 1e6 << " ms";
+  EXPECT_GE(sv.requested_millicores * 10, sv.max_utilized_millicores * 12);
+}
+
 // A server that listens before it can serve answers 503 meanwhile: not ready yet.
 TEST(Serving, A503MeansNotReadyYet) {
   Served s = serve({"--max-requests", "10", "--duration", "60"}, {"--unready-ms", "800"});

@@ -242,6 +242,57 @@ TEST(ServingResources, PollerSumsTheTreeBelowTheAncestor) {
   fs::remove_all(root);
 }
 
+// A process's reaped children's CPU (cutime + cstime) counts: a child that lived between two polls
+// (a service that forks one per request) was missed, and a child seen alive is not counted again
+// when its parent reaps it. Ticks: hz = 1 s, hz / 10 = 100 ms.
+TEST(ServingResources, PollerCountsReapedChildrenOnce) {
+  const std::string root = temp_dir();
+  const long hz = sysconf(_SC_CLK_TCK);
+  auto write = [&](int pid, int ppid, long ut, long cut, long start = 0) {
+    fs::create_directories(root + "/" + std::to_string(pid));
+    std::ofstream f(root + "/" + std::to_string(pid) + "/stat");
+    f << pid << " (srv) S " << ppid << " 0 0 0 -1 0 0 0 0 0 " << ut << " 0 " << cut << " 0 20 0 1 0 "
+      << (start ? start : 1000 + pid) << " 0 10 0 0\n";
+  };
+  auto gone = [&](int pid) { fs::remove_all(root + "/" + std::to_string(pid)); };
+  write(10, 1, 0, 0);        // mlprof-run
+  write(11, 10, hz, 0);      // the service, 1 s
+  write(12, 11, hz / 2, 0);  // a worker it forked, 0.5 s
+  TreePoller poller(10, root);
+  EXPECT_EQ(poller.poll(1).cpu_ns, 0);
+  write(12, 11, hz * 8 / 10, 0);  // +0.3 s
+  EXPECT_EQ(poller.poll(2).cpu_ns, 300000000);
+  // The worker ends at 1.0 s and the service reaps it; a child forked and reaped between the two
+  // polls used 0.2 s: the service's cutime is 1.2 s. New: 0.2 s + 0.2 s (it read 0.3 s before).
+  gone(12);
+  write(11, 10, hz, hz * 12 / 10);
+  EXPECT_EQ(poller.poll(3).cpu_ns, 700000000);
+  // A child seen alive at 0.5 s (new: counted whole), gone at the next poll before its parent's
+  // cutime shows it (read between the two files), shown at the one after with 0.6 s: +0.1 s.
+  write(13, 11, hz / 2, 0);
+  EXPECT_EQ(poller.poll(4).cpu_ns, 1200000000);
+  gone(13);
+  EXPECT_EQ(poller.poll(5).cpu_ns, 1200000000);
+  write(11, 10, hz, hz * 18 / 10);
+  EXPECT_EQ(poller.poll(6).cpu_ns, 1300000000);
+  // A child (0.1 s) with a grandchild (0.1 s) that it reaped (its cutime): both gone, the service
+  // reaps the child with 0.3 s (0.1 s more of its own, 0.1 s more of the grandchild's):
+  write(14, 11, hz / 10, 0);
+  write(15, 14, hz / 10, 0);
+  EXPECT_EQ(poller.poll(7).cpu_ns, 1500000000);
+  gone(15);
+  gone(14);
+  write(11, 10, hz, hz * 21 / 10);
+  EXPECT_EQ(poller.poll(8).cpu_ns, 1600000000);
+  // A pid reused by a new child: the old one (0.1 s, seen) was reaped, the new one (0.2 s) is new.
+  write(16, 11, hz / 10, 0);
+  EXPECT_EQ(poller.poll(9).cpu_ns, 1700000000);
+  write(16, 11, hz * 2 / 10, 0, 5000);
+  write(11, 10, hz, hz * 23 / 10);  // +0.2 s: the old 16 ended at 0.2 s, 0.1 s of it new
+  EXPECT_EQ(poller.poll(10).cpu_ns, 2000000000);
+  fs::remove_all(root);
+}
+
 TEST(ServingOptions, RequestFileLinesAreBodies) {
   const std::string d = temp_dir();
   {
