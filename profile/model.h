@@ -258,7 +258,7 @@ struct Serving {
   int64_t p50_ns = 0, p90_ns = 0, p95_ns = 0, p99_ns = 0, p999_ns = 0;
   int64_t measured_qps_milli = 0;
   int64_t max_utilized_millicores = 0;   // peak over 1 s windows during the load
-  int64_t max_utilized_memory_bytes = 0; // peak RSS of the tree over the run
+  int64_t max_utilized_memory_bytes = 0; // peak of the tree's summed VmHWM (and RSS) over the polls
   int64_t requested_millicores = 0;
   int64_t requested_memory_bytes = 0;
   int64_t available_millicores = 0;      // cgroup quota, else online CPUs

@@ -74,6 +74,20 @@ int64_t sched_cpu_ns(pid_t pid) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// VmHWM of /proc/PID/status (the process's peak RSS since it started or last exec'd), in bytes;
+// -1 when not there (gone, a kernel thread, a fake /proc without it).
+int64_t read_hwm_bytes(const std::string& path) {
+  char buf[4096];
+  FILE* f = fopen(path.c_str(), "re");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* p = strstr(buf, "\nVmHWM:");
+  if (!p) return -1;
+  return strtoll(p + 7, nullptr, 10) * 1024;  // "VmHWM:\t  123456 kB"
+}
+
 std::map<pid_t, Stat> read_all(const std::string& proc) {
   std::map<pid_t, Stat> all;
   if (DIR* d = opendir(proc.c_str())) {
@@ -139,6 +153,7 @@ profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
     owed[up] += was.cpu_ns + was.owed;
   }
   std::map<pid_t, Seen> next;
+  int64_t hwm_sum = 0;
   for (pid_t pid : tree) {
     const Stat& s = all[pid];
     const int64_t sched = proc_ == "/proc" ? sched_cpu_ns(pid) : -1;  // a test's fake /proc: its pids are not real
@@ -167,11 +182,14 @@ profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
       cpu_total_ += own + children;
     }
     next[pid] = now;
-    pt.rss_bytes += s.rss_pages * page;
+    const int64_t rss = s.rss_pages * page;
+    hwm_sum += std::max(rss, read_hwm_bytes(proc_ + "/" + std::to_string(pid) + "/status"));
+    pt.rss_bytes += rss;
     pt.threads += static_cast<uint32_t>(s.threads);
     ++pt.processes;
   }
   seen_ = std::move(next);
+  peak_hwm_bytes_ = std::max(peak_hwm_bytes_, hwm_sum);
   polled_ = true;
   pt.cpu_ns = cpu_total_;
   return pt;

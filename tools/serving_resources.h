@@ -27,6 +27,11 @@ class TreePoller {
   // reaped children's (cutime + cstime, ticks): a child that lived between two polls (a process
   // forked per request) counts when its parent reaps it, a child seen alive is not counted twice.
   profile::ServingResourcePoint poll(int64_t t_ns);
+  // The peak RSS of the tree so far: the largest, over polls, of the sum over the processes then
+  // of each one's VmHWM (/proc/PID/status: its peak RSS, which the kernel keeps; its RSS where
+  // that is missing). A spike between two polls counts as long as its process still lives;
+  // exact for one process, high for several (their peaks need not have been at the same time).
+  int64_t peak_hwm_bytes() const { return peak_hwm_bytes_; }
   // The processes of the tree at the last poll, with their CPU time then (ns).
   std::map<pid_t, int64_t> cpu_by_pid() const {
     std::map<pid_t, int64_t> out;
@@ -48,6 +53,7 @@ class TreePoller {
   std::string proc_;
   std::map<pid_t, Seen> seen_;
   int64_t cpu_total_ = 0;
+  int64_t peak_hwm_bytes_ = 0;
   bool polled_ = false;
 };
 

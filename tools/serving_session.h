@@ -61,6 +61,7 @@ class ServingSession {
   LoadResult load_;
   std::mutex points_mu_;
   std::vector<profile::ServingResourcePoint> points_;
+  int64_t peak_hwm_bytes_ = 0;  // guarded by points_mu_: TreePoller::peak_hwm_bytes
 };
 
 }  // namespace mlprof::tools

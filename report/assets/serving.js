@@ -36,7 +36,7 @@
     if (t.ready !== null && t.ready !== undefined)
       fact(rec, "Start-up", ms(t.ready) + " until the service was ready", "from the start of the run to the first HTTP answer on the URL other than 503 (model loading)");
     fact(rec, "Peak CPU used", num(s.maxUtilizedCpu, 2) + " cores of " + num(s.available_cpu, 1) + " available", "maxUtilizedCpu: highest 1 s average of the service's process tree");
-    fact(rec, "Peak memory used", num(s.maxUtilizedMemoryInGB, 3) + " GiB", "maxUtilizedMemoryInGB: highest RSS summed over the service's processes");
+    fact(rec, "Peak memory used", num(s.maxUtilizedMemoryInGB, 3) + " GiB", "maxUtilizedMemoryInGB: highest sum over the service's processes of each one's peak RSS (VmHWM, docs/serving.md)");
     fact(rec, "Queries", s.successQueries + " of " + s.totalQueries + " succeeded (successRate " + num(s.successRate, 3) + ")" +
       (s.timed_out_queries ? "; " + s.timed_out_queries + " timed out" : ""));
     fact(rec, "Throughput", num(s.measuredQueriesPerSecond, 1) + " req/s (steady state)");

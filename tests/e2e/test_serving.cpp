@@ -294,6 +294,24 @@ TEST(Serving, ChildrenForkedPerRequestCountInTheCpu) {
   EXPECT_GE(sv.requested_millicores * 10, sv.max_utilized_millicores * 12);
 }
 
+// One request maps 256 MiB, writes every page and unmaps it, in less than the poll period: the
+// polled RSS saw part of it or none (0.71-0.77 GiB for an 800 MiB spike). The peak is each
+// process's VmHWM: exact for the one process here, so at least the spike and at most the spike
+// and the server's own few MiB.
+TEST(Serving, ABriefMemorySpikeIsThePeak) {
+  constexpr int64_t kSpike = int64_t{256} << 20;
+  Served s = serve({"--max-requests", "5", "--duration", "60", "--no-profile"}, {"--burst-bytes", std::to_string(kSpike)});
+  ASSERT_TRUE(s.run.ok);
+  ASSERT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  ASSERT_EQ(sv.success_queries, 5u);
+  int64_t polled = 0;
+  for (const auto& pt : sv.resources) polled = std::max(polled, pt.rss_bytes);
+  EXPECT_GE(sv.max_utilized_memory_bytes, kSpike) << "the polled RSS peaked at " << polled;
+  EXPECT_LE(sv.max_utilized_memory_bytes, kSpike + (int64_t{32} << 20));
+  EXPECT_GE(sv.requested_memory_bytes * 10, sv.max_utilized_memory_bytes * 12);
+}
+
 // A server that listens before it can serve answers 503 meanwhile: not ready yet.
 TEST(Serving, A503MeansNotReadyYet) {
   Served s = serve({"--max-requests", "10", "--duration", "60"}, {"--unready-ms", "800"});

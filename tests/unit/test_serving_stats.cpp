@@ -293,6 +293,36 @@ TEST(ServingResources, PollerCountsReapedChildrenOnce) {
   fs::remove_all(root);
 }
 
+// The memory peak is the largest sum of the processes' VmHWM (their own peaks, kept by the
+// kernel), not of the RSS the polls saw: a spike between two polls counts.
+TEST(ServingResources, PollerPeakMemoryIsTheSumOfThePeaks) {
+  const std::string root = temp_dir();
+  const long page = sysconf(_SC_PAGESIZE);
+  auto write = [&](int pid, int ppid, long rss_pages, long hwm_kb) {
+    fs::create_directories(root + "/" + std::to_string(pid));
+    std::ofstream(root + "/" + std::to_string(pid) + "/stat")
+        << pid << " (srv) S " << ppid << " 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 " << 1000 + pid << " 0 " << rss_pages
+        << " 0 0\n";
+    std::ofstream st(root + "/" + std::to_string(pid) + "/status");
+    st << "Name:\tsrv\nVmPeak:\t  999999 kB\n";
+    if (hwm_kb >= 0) st << "VmHWM:\t  " << hwm_kb << " kB\nVmRSS:\t  1 kB\n";
+  };
+  write(10, 1, 0, 0);
+  write(11, 10, 100, 102400);  // 100 MiB at its peak, a few pages now
+  write(12, 11, 100, 51200);   // 50 MiB
+  TreePoller poller(10, root);
+  auto a = poller.poll(1);
+  EXPECT_EQ(a.rss_bytes, 200 * page);
+  EXPECT_EQ(poller.peak_hwm_bytes(), int64_t{150} << 20);
+  fs::remove_all(root + "/12");  // its peak goes with it; the largest sum stays
+  EXPECT_EQ((poller.poll(2), poller.peak_hwm_bytes()), int64_t{150} << 20);
+  write(13, 11, 10, 204800);   // a new one peaked at 200 MiB: 300 MiB now
+  EXPECT_EQ((poller.poll(3), poller.peak_hwm_bytes()), int64_t{300} << 20);
+  write(14, 11, 1000, -1);     // no VmHWM (a zombie): its RSS
+  EXPECT_EQ((poller.poll(4), poller.peak_hwm_bytes()), (int64_t{300} << 20) + 1000 * page);
+  fs::remove_all(root);
+}
+
 TEST(ServingOptions, RequestFileLinesAreBodies) {
   const std::string d = temp_dir();
   {
