@@ -20,6 +20,19 @@ inline double ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 inline double round3(double v) { return static_cast<double>(static_cast<int64_t>(v * 1000 + (v < 0 ? -0.5 : 0.5))) / 1000; }
 inline double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024 * 1024); }
 inline double per(int64_t v, uint64_t n) { return n ? static_cast<double>(v) / static_cast<double>(n) : 0.0; }
+// Steady-state requests with a latency (an HTTP answer or a timeout): none when --duration ended
+// the replay during the warmup, or when every one failed to connect.
+inline uint64_t latencies_measured(const profile::Serving& s) {
+  uint64_t n = 0;
+  for (size_t i = s.warmup; i < s.requests.size(); ++i) n += s.requests[i].status != 0;
+  return n;
+}
+// Why there is no recommendation (requested_* 0), for the summary.
+inline const char* no_recommendation_reason(const profile::Serving& s) {
+  return (s.outcome == "completed" || s.outcome == "time-limit") && s.window_requests == 0
+             ? "no steady-state request was measured"
+             : "the replay did not run to its end";
+}
 // Requests given up at --timeout (status kTimedOut), warmup included.
 inline uint64_t timed_out(const profile::Serving& s) {
   uint64_t n = 0;
@@ -74,13 +87,16 @@ Json serving_json(const profile::Profile& p) {
   o["requestedQueriesPerSecond"] = s.load_mode == "open" ? Json(s.rps_milli / 1000.0) : Json(nullptr);
   o["maxUtilizedCpu"] = round3(s.max_utilized_millicores / 1000.0);
   o["maxUtilizedMemoryInGB"] = round3(gib(s.max_utilized_memory_bytes));
-  o["measuredQueriesPerSecond"] = round3(s.measured_qps_milli / 1000.0);
-  o["averageLatencyInMs"] = round3(ms(s.average_latency_ns));
-  o["latencyPercentile50InMs"] = round3(ms(s.p50_ns));
-  o["latencyPercentile90InMs"] = round3(ms(s.p90_ns));
-  o["latencyPercentile95InMs"] = round3(ms(s.p95_ns));
-  o["latencyPercentile99InMs"] = round3(ms(s.p99_ns));
-  o["latencyPercentile999InMs"] = round3(ms(s.p999_ns));
+  // null, not 0, without a steady-state request (throughput) or without a latency among them.
+  o["measuredQueriesPerSecond"] = n ? Json(round3(s.measured_qps_milli / 1000.0)) : Json(nullptr);
+  const bool measured = latencies_measured(s) > 0;
+  auto lat_ms = [&](int64_t ns) { return measured ? Json(round3(ms(ns))) : Json(nullptr); };
+  o["averageLatencyInMs"] = lat_ms(s.average_latency_ns);
+  o["latencyPercentile50InMs"] = lat_ms(s.p50_ns);
+  o["latencyPercentile90InMs"] = lat_ms(s.p90_ns);
+  o["latencyPercentile95InMs"] = lat_ms(s.p95_ns);
+  o["latencyPercentile99InMs"] = lat_ms(s.p99_ns);
+  o["latencyPercentile999InMs"] = lat_ms(s.p999_ns);
   o["totalQueries"] = s.total_queries;
   o["successQueries"] = s.success_queries;
   o["successRate"] = s.total_queries ? static_cast<double>(s.success_queries) / static_cast<double>(s.total_queries) : 0.0;

@@ -38,10 +38,16 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
   if (s.ready_ns > 0 && p.run.start_ns > 0 && s.ready_ns >= p.run.start_ns)
     out += fmt::format("  start-up: the service was ready (first answer, 503 aside) {:.2f} s after the run started\n",
                        (s.ready_ns - p.run.start_ns) / 1e9);
-  out += fmt::format("  latency ms: average {:.2f}  p50 {:.2f}  p90 {:.2f}  p95 {:.2f}  p99 {:.2f}  p99.9 {:.2f}\n",
-                     ms(s.average_latency_ns), ms(s.p50_ns), ms(s.p90_ns), ms(s.p95_ns), ms(s.p99_ns), ms(s.p999_ns));
-  out += fmt::format("  throughput {:.1f} req/s{}\n", s.measured_qps_milli / 1000.0,
-                     s.late_starts ? fmt::format(" ({} requests started late)", s.late_starts) : "");
+  if (serving_detail::latencies_measured(s))
+    out += fmt::format("  latency ms: average {:.2f}  p50 {:.2f}  p90 {:.2f}  p95 {:.2f}  p99 {:.2f}  p99.9 {:.2f}\n",
+                       ms(s.average_latency_ns), ms(s.p50_ns), ms(s.p90_ns), ms(s.p95_ns), ms(s.p99_ns), ms(s.p999_ns));
+  else
+    out += "  latency ms: none (no steady-state request got an answer)\n";
+  const std::string late = s.late_starts ? fmt::format(" ({} requests started late)", s.late_starts) : "";
+  if (s.window_requests)
+    out += fmt::format("  throughput {:.1f} req/s{}\n", s.measured_qps_milli / 1000.0, late);
+  else
+    out += "  throughput: none (no steady-state request)" + late + "\n";
   out += fmt::format("  used: max {:.2f} cores, max {:.3f} GiB RSS ({:.1f} cores available)\n",
                      s.max_utilized_millicores / 1000.0, s.max_utilized_memory_bytes / 1073741824.0,
                      s.available_millicores / 1000.0);
@@ -49,7 +55,7 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
     out += fmt::format("  recommended: requestedCpu {:.1f}, requestedMemoryInGB {:.2f}\n", s.requested_millicores / 1000.0,
                        s.requested_memory_bytes / 1073741824.0);
   else
-    out += "  recommended: none (the replay did not run to its end)\n";
+    out += fmt::format("  recommended: none ({})\n", serving_detail::no_recommendation_reason(s));
   const uint64_t n = s.window_requests;
   if (n && (!s.lines.empty() || s.window_cpu_us > 0)) {  // no line at all: the note says so
     // By self (the innermost line of each sample): the lines that cost, not the frames around them.

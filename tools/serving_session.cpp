@@ -198,14 +198,26 @@ int ServingSession::finish(profile::Profile& prof) {
   } else {
     s.outcome = "completed";
   }
-  // A recommendation only from a replay that ran to its end (or to --duration): the peaks of a
-  // run that failed say nothing about what the service needs (requested_* stay 0: none).
-  if (s.outcome == "completed" || s.outcome == "time-limit") {
+  // --duration ended the replay before the warmup did: no steady-state request (the figures read
+  // 0 ms and a recommendation came from a load that was all warmup).
+  const bool steady = s.window_requests > 0;
+  if (rc == kExitServingOk && !steady) {
+    const uint64_t warmup_sent = std::min<uint64_t>(s.warmup, s.requests.size());
+    s.error = fmt::format(
+        "no steady-state request was measured: {} ended the replay during the warmup, after {} of the {} warmup "
+        "requests; raise --duration or lower --warmup. No latency, throughput or recommendation",
+        load_.time_limit ? fmt::format("--duration {:g} s", duration_s_) : std::string("the load"), warmup_sent,
+        s.warmup);
+  }
+  // A recommendation only from a replay that ran to its end (or to --duration) and measured the
+  // steady state: the peaks of a run that failed say nothing about what the service needs
+  // (requested_* stay 0: none).
+  if ((s.outcome == "completed" || s.outcome == "time-limit") && steady) {
     Recommendation r = recommend(s.max_utilized_millicores, s.max_utilized_memory_bytes);
     s.requested_millicores = r.millicores;
     s.requested_memory_bytes = r.memory_bytes;
   }
-  if (s.window_end_ns > s.window_start_ns) {
+  if (steady && s.window_end_ns > s.window_start_ns) {
     fill_window_lines(prof, s);
     WindowCpu w = window_cpu(prof, s.window_start_ns, s.window_end_ns);
     s.advice = serving_advice(prof, s, w);

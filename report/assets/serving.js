@@ -29,7 +29,8 @@
     }));
 
     const rec = M.el("dl", { cls: "facts" });
-    const none = "none: the replay did not run to its end";
+    const none = (s.outcome === "completed" || s.outcome === "time-limit") && !s.window_queries
+      ? "none: no steady-state request was measured" : "none: the replay did not run to its end";
     fact(rec, "Recommended CPU", s.requestedCpu === null ? none : num(s.requestedCpu, 1) + " cores", "requestedCpu: peak cores used x 1.2, rounded up to 0.1 core (docs/serving.md)");
     fact(rec, "Recommended memory", s.requestedMemoryInGB === null ? none : num(s.requestedMemoryInGB, 2) + " GiB", "requestedMemoryInGB: peak RSS x 1.2, rounded up to 0.25 GiB");
     const t = s.times_ms || {};

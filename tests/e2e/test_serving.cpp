@@ -312,6 +312,27 @@ TEST(Serving, ABriefMemorySpikeIsThePeak) {
   EXPECT_GE(sv.requested_memory_bytes * 10, sv.max_utilized_memory_bytes * 12);
 }
 
+// --duration ends the replay during the warmup (20 warmup requests of 200 ms, 1 s): no
+// steady-state request was measured. It said "steady 0" with p99 0.00 and a recommendation.
+TEST(Serving, DurationEndingInTheWarmupMeasuresNothingAndSaysSo) {
+  Served s = serve({"--max-requests", "40", "--warmup", "20", "--duration", "1", "--no-profile"},
+                   {"--delay-us", "200000"});
+  ASSERT_TRUE(s.run.ok);
+  EXPECT_EQ(s.run.result.exit_code, 0) << s.run.result.err;
+  const auto& sv = s.run.profile.serving;
+  EXPECT_EQ(sv.outcome, "time-limit");
+  EXPECT_EQ(sv.window_requests, 0u);
+  EXPECT_LT(sv.total_queries, 20u);
+  EXPECT_NE(s.run.result.err.find("no steady-state request was measured: --duration 1 s ended the replay during the warmup"),
+            std::string::npos) << s.run.result.err;
+  EXPECT_EQ(sv.requested_millicores, 0);
+  EXPECT_EQ(sv.requested_memory_bytes, 0);
+  auto j = export_serving(s.run.path);
+  for (const char* k : {"requestedCpu", "requestedMemoryInGB", "latencyPercentile99InMs", "averageLatencyInMs",
+                        "measuredQueriesPerSecond"})
+    EXPECT_TRUE(j[k].is_null()) << k << ": " << j[k];
+}
+
 // A server that listens before it can serve answers 503 meanwhile: not ready yet.
 TEST(Serving, A503MeansNotReadyYet) {
   Served s = serve({"--max-requests", "10", "--duration", "60"}, {"--unready-ms", "800"});

@@ -215,6 +215,44 @@ TEST(ServingSummary, TextHasTheFiguresAndAdvice) {
   EXPECT_NE(t.find("6 total"), std::string::npos) << t;
 }
 
+// --duration ended the replay during the warmup: no steady-state request, so no latency,
+// throughput or recommendation; null in the JSON and "none" in the summary, not 0.
+TEST(ServingJson, NoSteadyStateRequestMeansNullNotZero) {
+  Profile p = serving_profile();
+  Serving& s = p.serving;
+  s.outcome = "time-limit";
+  s.warmup = 20;
+  s.window_requests = 0;
+  s.window_start_ns = s.window_end_ns = 1900;
+  s.requested_millicores = s.requested_memory_bytes = 0;
+  s.error = "no steady-state request was measured: ...";
+  for (int64_t* v : {&s.average_latency_ns, &s.p50_ns, &s.p90_ns, &s.p95_ns, &s.p99_ns, &s.p999_ns, &s.measured_qps_milli})
+    *v = 0;
+  auto j = nlohmann::json::parse(report::export_json(p))["serving"];
+  for (const char* k : {"averageLatencyInMs", "latencyPercentile50InMs", "latencyPercentile90InMs",
+                        "latencyPercentile95InMs", "latencyPercentile99InMs", "latencyPercentile999InMs",
+                        "measuredQueriesPerSecond", "requestedCpu", "requestedMemoryInGB"}) {
+    ASSERT_TRUE(j.contains(k)) << k;
+    EXPECT_TRUE(j[k].is_null()) << k << ": " << j[k];
+  }
+  EXPECT_EQ(j["window_queries"], 0);
+  const std::string t = report::text_summary(p, {});
+  EXPECT_NE(t.find("latency ms: none"), std::string::npos) << t;
+  EXPECT_NE(t.find("throughput: none"), std::string::npos) << t;
+  EXPECT_NE(t.find("recommended: none (no steady-state request was measured)"), std::string::npos) << t;
+  EXPECT_EQ(t.find("p99 0.00"), std::string::npos) << t;
+  // A steady state whose every request failed to connect (status 0) has a throughput but no latency.
+  Profile q = serving_profile();
+  q.serving.warmup = 1;
+  for (size_t i = 1; i < q.serving.requests.size(); ++i) q.serving.requests[i].status = 0;
+  auto k = nlohmann::json::parse(report::export_json(q))["serving"];
+  EXPECT_TRUE(k["latencyPercentile99InMs"].is_null());
+  EXPECT_FALSE(k["measuredQueriesPerSecond"].is_null());
+  // With requests measured, numbers as before.
+  auto m = nlohmann::json::parse(report::export_json(serving_profile()))["serving"];
+  EXPECT_DOUBLE_EQ(m["latencyPercentile50InMs"].get<double>(), 2.0);
+}
+
 TEST(ServingMemoryWindow, AllocationsAndFreesInsideTheWindowOnly) {
   collector::MemoryTracker t;
   collector::MemWindow w;
