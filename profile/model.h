@@ -185,9 +185,12 @@ struct Module {
 // preload, except the per-request tables, which normalize the profile over the steady window.
 struct ServingRequest {
   static constexpr int32_t kTimedOut = -1;  // status of a request given up at --timeout (since 1.3)
+  // Cut off because mlprof-run was interrupted (Ctrl-C, SIGTERM): not the service's failure, and
+  // left out of every figure.
+  static constexpr int32_t kAborted = -2;
   int64_t start_ns = 0;    // when the request was handed to the HTTP client
   int64_t latency_ns = 0;  // until the whole response arrived (or the transfer failed)
-  int32_t status = 0;      // HTTP status; 0 = transport error, kTimedOut = no complete answer within --timeout
+  int32_t status = 0;      // HTTP status; 0 = transport error, kTimedOut = no complete answer within --timeout, kAborted
   bool operator==(const ServingRequest&) const = default;
 };
 

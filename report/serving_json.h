@@ -24,7 +24,8 @@ inline double per(int64_t v, uint64_t n) { return n ? static_cast<double>(v) / s
 // the replay during the warmup, or when every one failed to connect.
 inline uint64_t latencies_measured(const profile::Serving& s) {
   uint64_t n = 0;
-  for (size_t i = s.warmup; i < s.requests.size(); ++i) n += s.requests[i].status != 0;
+  for (size_t i = s.warmup; i < s.requests.size(); ++i)
+    n += s.requests[i].status != 0 && s.requests[i].status != profile::ServingRequest::kAborted;
   return n;
 }
 // Why there is no recommendation (requested_* 0), for the summary.
@@ -32,6 +33,12 @@ inline const char* no_recommendation_reason(const profile::Serving& s) {
   return (s.outcome == "completed" || s.outcome == "time-limit") && s.window_requests == 0
              ? "no steady-state request was measured"
              : "the replay did not run to its end";
+}
+// Requests cut off by mlprof-run's interruption (status kAborted): in no figure.
+inline uint64_t aborted(const profile::Serving& s) {
+  uint64_t n = 0;
+  for (const auto& r : s.requests) n += r.status == profile::ServingRequest::kAborted;
+  return n;
 }
 // Requests given up at --timeout (status kTimedOut), warmup included.
 inline uint64_t timed_out(const profile::Serving& s) {
@@ -101,6 +108,7 @@ Json serving_json(const profile::Profile& p) {
   o["successQueries"] = s.success_queries;
   o["successRate"] = s.total_queries ? static_cast<double>(s.success_queries) / static_cast<double>(s.total_queries) : 0.0;
   o["timed_out_queries"] = timed_out(s);
+  o["aborted_queries"] = aborted(s);
   o["outcome"] = s.outcome;
   o["error"] = s.error;
   o["url"] = s.url;

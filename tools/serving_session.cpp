@@ -20,6 +20,7 @@ namespace mlprof::tools {
 
 namespace {
 constexpr size_t kMaxPoints = 1 << 16;  // 10 Hz: 1.8 hours before points are merged pairwise
+constexpr int64_t kInterruptSlackNs = 100000000;  // a failure this long before the interrupt is its
 }  // namespace
 
 ServingSession::ServingSession(ServingOptions o, double duration_s, std::vector<std::string> bodies, char** env)
@@ -147,6 +148,21 @@ int ServingSession::finish(profile::Profile& prof) {
   s.window_requests = load_.window_requests;
   s.late_starts = load_.late_starts;
   s.requests = std::move(load_.requests);
+  // Requests cut off by mlprof-run's interruption are not the service's failures (they counted as
+  // such: successRate 0.973 for a service that answered every request): abandoned in flight, or
+  // failed on the service's own shutdown (the terminal's Ctrl-C reaches it too, at the same moment,
+  // so up to 100 ms before mlprof-run noticed). Left out of the figures (status kAborted).
+  if (const int64_t t_int = interrupted_ns_.load(); t_int > 0) {
+    uint64_t steady_aborted = 0;
+    for (size_t i = 0; i < s.requests.size(); ++i) {
+      auto& r = s.requests[i];
+      if (r.status == 0 && r.start_ns + r.latency_ns >= t_int - kInterruptSlackNs) {
+        r.status = profile::ServingRequest::kAborted;
+        steady_aborted += i >= s.warmup;
+      }
+    }
+    s.window_requests -= std::min(s.window_requests, steady_aborted);
+  }
   s.thread_env = thread_env_;
   {
     std::lock_guard<std::mutex> g(points_mu_);

@@ -4,6 +4,7 @@
 // load_finished() to know when to stop the service, tells service_exited() when the command ends,
 // and after the profile is built, finish() fills Profile::serving and says how mlprof-run exits.
 #pragma once
+#include "common/clock.h"
 #include <sys/types.h>
 
 #include <atomic>
@@ -34,7 +35,11 @@ class ServingSession {
   void start(pid_t ancestor, pid_t service);
   bool load_finished() const { return done_.load(); }
   void service_exited(int exit_code);  // 128+N for signal N
-  void interrupt() { interrupted_ = true, stop_ = true; }
+  void interrupt() {
+    int64_t none = 0;
+    interrupted_ns_.compare_exchange_strong(none, clock_ns());
+    interrupted_ = true, stop_ = true;
+  }
   void join();
   // Fills prof.serving (latency fields, resources, recommendation, window tables, advice); prints
   // a clear error to stderr when the replay did not complete. Returns mlprof-run's exit status.
@@ -55,6 +60,7 @@ class ServingSession {
   std::atomic<bool> exited_{false};
   std::atomic<int> exit_code_{0};
   std::atomic<int64_t> exited_ns_{0};
+  std::atomic<int64_t> interrupted_ns_{0};  // the first interrupt()
   std::thread load_thread_, poll_thread_;
   pid_t service_pid_ = 0;
   ReadyResult ready_;

@@ -4,7 +4,9 @@
 // every load is bounded in count (and by --duration / --ready-timeout in time).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -331,6 +333,49 @@ TEST(Serving, DurationEndingInTheWarmupMeasuresNothingAndSaysSo) {
   for (const char* k : {"requestedCpu", "requestedMemoryInGB", "latencyPercentile99InMs", "averageLatencyInMs",
                         "measuredQueriesPerSecond"})
     EXPECT_TRUE(j[k].is_null()) << k << ": " << j[k];
+}
+
+// SIGTERM to mlprof-run in the middle of the load (two requests of 300 ms in flight): it passes
+// the signal on, the server exits, and the requests it cut off are not the service's failures.
+// They counted as failed (status 0): successRate below 1 for a server that answered every request.
+TEST(Serving, RequestsCutOffByAnInterruptionAreNotFailures) {
+  const std::string dir = scratch(), requests = write_bodies(dir, 7), path = dir + "/run.mlprof";
+  const int port = free_port();
+  pid_t pid = fork();
+  if (pid == 0) {
+    freopen((dir + "/err.txt").c_str(), "w", stderr);
+    const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/score", server = fixture("fixture_http_server");
+    execl(MLPROF_RUN, MLPROF_RUN, "-q", "-o", path.c_str(), "--no-profile", "--requests", requests.c_str(), "--url",
+          url.c_str(), "--max-requests", "100", "--concurrency", "2", "--duration", "60", "--",
+          server.c_str(), std::to_string(port).c_str(), "--delay-us", "300000", "--log-file", (dir + "/log").c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // The 5th POST has arrived: 4 answered or in flight, the 5th in flight for 300 ms.
+  for (int i = 0; i < 1000 && read_log(dir + "/log").size() < 5; ++i) usleep(10000);
+  ASSERT_GE(read_log(dir + "/log").size(), 5u);
+  kill(pid, SIGTERM);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 130) << read_all(dir + "/err.txt");
+  auto prof = profile::read_profile(path);
+  ASSERT_TRUE(prof) << prof.error();
+  const auto& sv = prof->serving;
+  EXPECT_EQ(sv.outcome, "interrupted");
+  uint64_t cut = 0, ok = 0;
+  for (const auto& r : sv.requests) {
+    cut += r.status == profile::ServingRequest::kAborted;
+    ok += r.status == 200;
+    EXPECT_TRUE(r.status == 200 || r.status == profile::ServingRequest::kAborted) << r.status;
+  }
+  EXPECT_GE(cut, 1u);
+  EXPECT_EQ(sv.total_queries, ok);
+  EXPECT_EQ(sv.success_queries, ok);
+  EXPECT_GE(ok, 3u);
+  auto j = export_serving(path);
+  EXPECT_DOUBLE_EQ(j["successRate"].get<double>(), 1.0);
+  EXPECT_EQ(j["aborted_queries"], cut);
 }
 
 // A server that listens before it can serve answers 503 meanwhile: not ready yet.

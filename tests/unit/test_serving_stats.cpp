@@ -90,6 +90,25 @@ TEST(ServingStats, FieldsCoverTheRightRequests) {
   EXPECT_EQ(s.measured_qps_milli, 5000);  // 10 requests in 2 s
 }
 
+// Requests cut off by mlprof-run's interruption (kAborted) are in no figure: not sent as far as
+// the totals go, no latency, not in the throughput.
+TEST(ServingStats, RequestsCutOffByTheInterruptionCountNowhere) {
+  profile::Serving s;
+  s.warmup = 1;
+  s.requests.push_back({0, 5000000, 200});
+  for (int i = 0; i < 4; ++i) s.requests.push_back({1000 + i, (i + 1) * 1000000LL, 200});
+  s.requests.push_back({2000, 900000000, profile::ServingRequest::kAborted});
+  s.requests.push_back({2001, 800000000, profile::ServingRequest::kAborted});
+  s.window_start_ns = 1000000000;
+  s.window_end_ns = 2000000000;
+  fill_latency_fields(s);
+  EXPECT_EQ(s.total_queries, 5u);
+  EXPECT_EQ(s.success_queries, 5u);
+  EXPECT_EQ(s.p999_ns, 4000000);
+  EXPECT_EQ(s.average_latency_ns, 2500000);
+  EXPECT_EQ(s.measured_qps_milli, 4000);  // 4 steady requests in 1 s
+}
+
 TEST(ServingRecommend, HeadroomAndSchedulerSteps) {
   auto r = recommend(1000, int64_t{1} << 30);  // 1 core, 1 GiB
   EXPECT_EQ(r.millicores, 1200);
