@@ -19,8 +19,12 @@ bool check_service_url(const std::string& url, std::string* why) {
   char* scheme = nullptr;
   char* host = nullptr;
   char* port = nullptr;
-  if (url.find("://") == std::string::npos) {
+  const size_t authority = url.find("://");
+  if (authority == std::string::npos) {
     *why = "it has no scheme (write http://" + url + ")";
+  } else if (authority + 3 >= url.size() || strchr("/?#", url[authority + 3])) {
+    // libcurl reads http:///score as the host "score" (and the run waited for --ready-timeout).
+    *why = "it names no host (write http://127.0.0.1:PORT" + url.substr(std::min(url.size(), authority + 3)) + ")";
   } else if (CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0); rc != CURLUE_OK) {
     *why = curl_url_strerror(rc);  // "Port number was not a decimal number between 0 and 65535", ...
   } else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK || !scheme ||

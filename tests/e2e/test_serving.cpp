@@ -611,8 +611,9 @@ TEST(Serving, OptionMistakesAreRefusedBeforeAnythingRuns) {
   expect_refused({"--requests", "x", "--url", "127.0.0.1:1"}, "http://");
   expect_refused({"--requests", "x", "--url", "http://h/", "--rps", "5", "--concurrency", "2"}, "contradict");
   // URLs libcurl cannot use are refused at once (they used to wait the whole --ready-timeout).
-  for (const char* url : {"http://", "http://127.0.0.1:notaport/"})
+  for (const char* url : {"http://", "http://127.0.0.1:notaport/", "http:///score"})
     expect_refused({"--requests", "x", "--url", url}, "cannot be used");
+  expect_refused({"--requests", "x", "--url", "http:///score"}, "names no host");
   // Numbers: a negative or non-numeric count says what it wants.
   expect_refused({"--requests", "x", "--url", "http://h/", "--warmup", "-1"}, "'-1' is not a whole number from 0");
   // A leading zero is decimal, not octal (CLI11 would read "010" as 8 and refuse "08"): "08" passes

@@ -217,6 +217,12 @@ TEST(ServingOptions, UrlsAreCheckedBeforeAnythingRuns) {
   EXPECT_TRUE(check_service_url("https://[::1]:8443/", &why)) << why;
   EXPECT_FALSE(check_service_url("http://", &why));
   EXPECT_FALSE(why.empty());
+  // No host: libcurl took "score" for the host and the run waited for --ready-timeout.
+  for (const char* no_host : {"http:///score", "https:///", "http://?x=1", "http://#top"}) {
+    EXPECT_FALSE(check_service_url(no_host, &why)) << no_host;
+    EXPECT_NE(why.find("names no host"), std::string::npos) << no_host << ": " << why;
+  }
+  EXPECT_TRUE(check_service_url("http://score/", &why)) << why;  // a host named score is one
   EXPECT_FALSE(check_service_url("http://127.0.0.1:notaport/", &why));
   EXPECT_NE(why.find("ort"), std::string::npos) << why;  // libcurl's "Port number was not a decimal number ..."
   EXPECT_FALSE(check_service_url("ftp://127.0.0.1/", &why));
