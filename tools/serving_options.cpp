@@ -51,7 +51,9 @@ bool read_request_bodies(const std::string& path, std::vector<std::string>* out,
     return false;
   }
   std::string line;
-  while (std::getline(f, line)) {
+  for (bool first = true; std::getline(f, line); first = false) {
+    // A UTF-8 byte order mark (editors on Windows write one) is no part of the first body.
+    if (first && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (!line.empty()) out->push_back(std::move(line));
   }

@@ -354,6 +354,16 @@ TEST(ServingOptions, RequestFileLinesAreBodies) {
     std::ofstream f(d + "/r.txt", std::ios::binary);
     f << "{\"a\":1}\r\n\n{\"b\":2}\nlast";
   }
+  {  // a UTF-8 byte order mark before the first body is stripped (it was sent with it); only there
+    std::ofstream f(d + "/bom.txt", std::ios::binary);
+    f << "\xEF\xBB\xBF{\"a\":1}\n\xEF\xBB\xBFsecond\n";
+  }
+  {
+    std::vector<std::string> b;
+    std::string w;
+    ASSERT_TRUE(read_request_bodies(d + "/bom.txt", &b, &w)) << w;
+    EXPECT_EQ(b, (std::vector<std::string>{"{\"a\":1}", "\xEF\xBB\xBFsecond"}));
+  }
   std::vector<std::string> bodies;
   std::string why;
   ASSERT_TRUE(read_request_bodies(d + "/r.txt", &bodies, &why)) << why;
