@@ -44,7 +44,7 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
                        ms(s.average_latency_ns), ms(s.p50_ns), ms(s.p90_ns), ms(s.p95_ns), ms(s.p99_ns), ms(s.p999_ns));
   else
     out += "  latency ms: none (no steady-state request got an answer)\n";
-  const std::string late = s.late_starts ? fmt::format(" ({} requests started late)", s.late_starts) : "";
+  const std::string late = s.late_starts ? fmt::format(" ({} request{} started late)", s.late_starts, s.late_starts == 1 ? "" : "s") : "";
   if (s.window_requests)
     out += fmt::format("  throughput {:.1f} req/s{}\n", s.measured_qps_milli / 1000.0, late);
   else

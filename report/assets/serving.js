@@ -44,7 +44,7 @@
     fact(rec, "Latency", "average " + ms(s.averageLatencyInMs) + ", p50 " + ms(s.latencyPercentile50InMs) +
       ", p90 " + ms(s.latencyPercentile90InMs) + ", p95 " + ms(s.latencyPercentile95InMs) +
       ", p99 " + ms(s.latencyPercentile99InMs) + ", p99.9 " + ms(s.latencyPercentile999InMs));
-    if (s.late_starts) fact(rec, "Late starts", s.late_starts + " requests started > 1 ms after their scheduled time (the load loop fell behind)");
+    if (s.late_starts) fact(rec, "Late starts", s.late_starts + (s.late_starts === 1 ? " request" : " requests") + " started > 1 ms after their scheduled time (the load loop fell behind)");
     host.appendChild(rec);
 
     if ((s.advice || []).length) {

@@ -213,6 +213,13 @@ TEST(ServingSummary, TextHasTheFiguresAndAdvice) {
   EXPECT_NE(t.find("requestedCpu 1.2"), std::string::npos) << t;
   EXPECT_NE(t.find("advice: an advice <b>"), std::string::npos) << t;
   EXPECT_NE(t.find("6 total"), std::string::npos) << t;
+  // Open loop's late starts: "1 request", not "1 requests".
+  p.serving.late_starts = 1;
+  t = report::text_summary(p, {});
+  EXPECT_NE(t.find("(1 request started late)"), std::string::npos) << t;
+  p.serving.late_starts = 2;
+  t = report::text_summary(p, {});
+  EXPECT_NE(t.find("(2 requests started late)"), std::string::npos) << t;
 }
 
 // --duration ended the replay during the warmup: no steady-state request, so no latency,
