@@ -230,8 +230,12 @@ class Builder {
     for (auto& [key, v] : ns) p_.stack_values.push_back({key.first, key.second, std::move(v)});
     auto& proc_ref = p_.processes[proc_index];
     // The preload's counters come every second and at the end: a process killed (or whose stream
-    // was cut) after its last counters took at least the samples that arrived after them.
-    if (auto& taken = proc_ref.counters["samples"]; taken < received) taken = received;
+    // was cut) after its last counters took at least the samples that arrived. Kept apart from
+    // the preload's own counters (the achieved rate divides those by the ticks of the same snapshot).
+    if (!s.ended) {
+      auto it = proc_ref.counters.find("samples");
+      if (received > (it == proc_ref.counters.end() ? 0 : it->second)) proc_ref.counters["samples_received"] = received;
+    }
     if (pool.worker_samples > 0) {
       proc_ref.counters["pool_worker_samples"] = pool.worker_samples;
       proc_ref.counters["pool_worker_samples_charged"] = pool.charged;

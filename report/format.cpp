@@ -170,10 +170,12 @@ uint64_t counter(const Process& p, const std::string& name) {
   return it == p.counters.end() ? 0 : it->second;
 }
 
+uint64_t samples_taken(const Process& p) { return std::max(counter(p, "samples"), counter(p, "samples_received")); }
+
 RunCounters run_counters(const Profile& prof) {
   RunCounters c;
   for (const auto& p : prof.processes) {
-    c.samples += counter(p, "samples");
+    c.samples += samples_taken(p);
     c.ring_full += counter(p, "dropped_ring_full");
     c.no_thread += counter(p, "dropped_no_thread");
     c.transport += counter(p, "dropped_transport");

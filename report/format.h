@@ -32,6 +32,9 @@ std::string exit_status_text(int32_t status);  // "-" when unknown
 // Short process name: basename of exe, else of argv[0], else "".
 std::string process_name(const profile::Process&);
 uint64_t counter(const profile::Process&, const std::string& name);
+// Samples the process took: its preload's count, or for a process killed after its last counters
+// the samples that reached the collector when more (the `samples_received` counter).
+uint64_t samples_taken(const profile::Process&);
 
 struct RunCounters {
   uint64_t samples = 0, ring_full = 0, no_thread = 0, transport = 0;

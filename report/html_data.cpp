@@ -104,7 +104,7 @@ json report_data(const Profile& prof) {
                      {"start_ns", p.start_ns},
                      {"end_ns", p.end_ns},
                      {"counters", p.counters},
-                     {"samples", detail::counter(p, "samples")},
+                     {"samples", detail::samples_taken(p)},
                      {"values", values}});
   }
   auto samples = detail::thread_sample_counts(prof);

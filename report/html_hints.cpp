@@ -212,7 +212,7 @@ std::vector<Hint> hints(const Profile& p) {
   CpuUsage u = cpu_usage(p);
   if (u.cpus > 0 && u.peak_busy_threads > u.cpus) {
     size_t procs = 0;
-    for (const auto& pr : p.processes) procs += detail::counter(pr, "samples") > 0;
+    for (const auto& pr : p.processes) procs += detail::samples_taken(pr) > 0;
     out.push_back({"oversubscribed", "warn",
                    fmt::format("Up to {} threads were busy at the same time{} on {} CPU{}: they take turns. "
                                "Thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, torch.set_num_threads) times "

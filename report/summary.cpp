@@ -380,7 +380,7 @@ std::string processes(const Profile& prof, const Style& st, uint32_t m, size_t t
     std::vector<std::string> row{fmt::format("{}", p.pid), fmt::format("{}", p.ppid),
                                  detail::end_reason_name(p.end_reason),
                                  detail::exit_status_text(p.exit_status),
-                                 fmt::format("{}", detail::counter(p, "samples"))};
+                                 fmt::format("{}", detail::samples_taken(p))};
     if (m != profile::kNone) row.push_back(detail::format_value(totals[i], prof.metrics[m].unit));
     row.push_back(clean(p.argv.empty() ? p.exe : detail::shell_join(p.argv), 2 * kMaxName));
     t.rows.push_back(std::move(row));

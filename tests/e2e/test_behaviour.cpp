@@ -107,7 +107,14 @@ TEST(Behaviour, SigkilledProgramLeavesReadableProfile) {
   // before the kill; the header read 0 when none had come).
   size_t arrived = 0;
   for (const auto& smp : prof.profile.samples) arrived += smp.weight > 0;
-  EXPECT_GE(counter_sum(prof.profile, "samples"), static_cast<int64_t>(arrived));
+  EXPECT_GE(std::max(counter_sum(prof.profile, "samples"), counter_sum(prof.profile, "samples_received")),
+            static_cast<int64_t>(arrived));
+  RunResult report = run({MLPROF_CLI, "report", prof.path});
+  unsigned long long taken = 0;
+  const size_t at = report.out.find("Samples:");
+  ASSERT_NE(at, std::string::npos) << report.out;
+  EXPECT_EQ(sscanf(report.out.c_str() + at, "Samples: %llu taken", &taken), 1);
+  EXPECT_GE(taken, arrived) << "the header's samples taken";
   EXPECT_GE(arrived, 30u);
   bool warned = false;
   for (auto& w : prof.profile.warnings) warned |= w.find("without a clean end") != std::string::npos;
