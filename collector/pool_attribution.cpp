@@ -50,9 +50,7 @@ class Matcher {
     if (m >= modules_.size()) return none_;
     if (!known_[m]) {
       const std::string& path = p_.str(m);
-      const std::string_view base = profile::module_basename(path);
-      modules_[m].runtime = m == 0 || profile::is_c_runtime_module(path) || base.substr(0, 9) == "libstdc++" ||
-                            base == "[unknown]";
+      modules_[m].runtime = m == 0 || profile::is_nobodys_module(path);
       modules_[m].pool = profile::is_thread_pool_module(path);
       modules_[m].pool_only = profile::is_pool_runtime_only_module(path);
       known_[m] = true;
@@ -97,7 +95,7 @@ class Matcher {
   const Profile& p_;
   std::vector<Module> modules_;
   std::vector<bool> known_;
-  Module none_;
+  Module none_{true, false, false};  // a module index past the strings: no one's code
 };
 
 struct Hit {
@@ -148,8 +146,7 @@ PoolCounts charge_pool_workers(const Profile& p, std::vector<PoolSample>& sample
     for (int j = hi; j >= 0 && hi - j < static_cast<int>(kMaxWorkerDepth); --j)
       if (m.matchable(frames[j])) wanted.insert(function_key(p, unnamed_start, frames[j]));
   }
-  // The pools' waiting: counted whatever the matching does below (it charges a sample that a
-  // launcher's stack shares, which takes it out of the waiting again).
+  // The pools' waiting (profile::is_pool_wait_stack).
   std::vector<int8_t> only(nstacks, -1);
   for (const PoolSample& smp : samples) {
     if (!smp.eligible || smp.stack >= nstacks) continue;
@@ -189,10 +186,9 @@ PoolCounts charge_pool_workers(const Profile& p, std::vector<PoolSample>& sample
   for (PoolSample& smp : samples) {
     const int hi = sample_top(smp);
     if (hi < 0) continue;
-    // A pool waiting for work is a worker sample only when it is charged (OpenBLAS's kernels are in
-    // its pool's file: such a stack is its work when another thread ran the same kernel).
-    const bool waits = only[smp.stack] == 1;
-    counts.worker_samples += !waits;
+    // A pool waiting for work is no worker sample; it is never charged either: its frames above the
+    // pool's routine are all the pool runtime's or the C runtime's, which never match.
+    counts.worker_samples += only[smp.stack] != 1;
     const std::vector<uint32_t> frames = p.stacks[smp.stack].frames;
     for (int j = hi; j >= 0 && hi - j < static_cast<int>(kMaxWorkerDepth); --j) {
       if (!m.matchable(frames[j])) continue;
@@ -213,10 +209,6 @@ PoolCounts charge_pool_workers(const Profile& p, std::vector<PoolSample>& sample
         out.insert(out.end(), launcher.frames.begin() + h.pos + 1, launcher.frames.end());
         const bool truncated = launcher.truncated;
         c = charged.emplace(key, intern(std::move(out), truncated)).first;
-      }
-      if (waits) {
-        --counts.waiting;
-        ++counts.worker_samples;
       }
       smp.stack = c->second;
       ++counts.charged;

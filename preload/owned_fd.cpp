@@ -48,6 +48,16 @@ int fd_move_high(int fd) {
   return moved;
 }
 
+int open_owned(const char* path, int flags, FdId* id) {
+  const int fd = fd_move_high(open(path, flags | O_CLOEXEC));
+  if (fd < 0) return -1;
+  if (!fd_identity(fd, id)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 bool fd_identity(int fd, FdId* out) {
   struct stat sb;
   if (fd < 0 || fstat(fd, &sb) != 0) return false;

@@ -29,6 +29,9 @@ struct FdId {
 // itself when the move fails (out of descriptors). Async-signal-safe.
 int fd_move_high(int fd);
 
+// open(path, flags | O_CLOEXEC) moved high, with its identity in *id; -1 when it cannot be opened.
+int open_owned(const char* path, int flags, FdId* id);
+
 // The identity of an open descriptor; false when fd is not open.
 bool fd_identity(int fd, FdId* out);
 // The same, for a perf event (its id from PERF_EVENT_IOC_ID as well).

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -107,13 +108,17 @@ void timer_stop(ThreadTimer& t) {
   if (!t.armed) return;
   t.armed = false;
   if (t.source == TimerSource::kPerfTaskClock) {
+    // The thread's handler (another thread may be stopping its timer: stop_all_timers) must not
+    // find the number once it is being closed: it is taken out of the timer first.
+    const int fd = t.perf_fd;
+    t.perf_fd = -1;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     // A number the program closed (and perhaps opened its own file at) is left alone: the event
     // went with the close.
-    if (fd_still(t.perf_fd, t.perf_id)) {
-      ioctl(t.perf_fd, PERF_EVENT_IOC_DISABLE, 0);
-      close(t.perf_fd);
+    if (fd_still(fd, t.perf_id)) {
+      ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+      close(fd);
     }
-    t.perf_fd = -1;
   } else {
     timer_delete(t.timer);
   }

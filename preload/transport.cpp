@@ -97,6 +97,12 @@ bool Transport::send(const uint8_t* data, size_t n) {
       if (left > 0) {
         struct pollfd p = {fd_, POLLOUT, 0};
         poll(&p, 1, left);
+        // The program may have closed the number while we waited (a close does not wake a poll in
+        // another thread): the rest of the record is dropped, never sent to its file.
+        if (!still_ours()) {
+          dropped_bytes_ += n - done;
+          return false;
+        }
         continue;
       }
       failure_ = "the collector stopped reading for 2 s";

@@ -61,12 +61,13 @@ ssize_t read_task_file(int* fd, FdId* id, uint32_t tid, const char* name, char* 
   if (*fd < 0) {
     char path[64];
     snprintf(path, sizeof path, "/proc/self/task/%u/%s", tid, name);
-    *fd = fd_move_high(open(path, O_RDONLY | O_CLOEXEC));
+    *fd = open_owned(path, O_RDONLY, id);
     if (*fd < 0) return -1;  // out of descriptors, or the thread is gone
-    if (!fd_identity(*fd, id)) {
-      *fd = -1;
-      return -1;
-    }
+  } else if (!fd_still(*fd, *id)) {
+    // The program closed ours and its number names something else now: forgotten, not read or
+    // closed; opened again at the next tick.
+    *fd = -1;
+    return -1;
   }
   ssize_t n = pread(*fd, buf, size - 1, 0);
   buf[n > 0 ? n : 0] = '\0';

@@ -106,8 +106,7 @@ void wake_writer() {
 int Writer::wait(int timeout_ms) {
   // A futex cannot wait for the socket too: commands are looked at before and after, and the
   // wait is at most one idle cycle (a flush from the collector is answered within kIdleCycleMs).
-  int cmd = transport_.poll_command();
-  check_transport();
+  int cmd = poll_command();
   if (cmd >= 0) return cmd;
   if (timeout_ms > kIdleCycleMs) timeout_ms = kIdleCycleMs;
   if (g_wake.load(std::memory_order_acquire) == 0) {
@@ -115,7 +114,17 @@ int Writer::wait(int timeout_ms) {
     syscall(SYS_futex, wake_word(), FUTEX_WAIT_PRIVATE, 0, &ts, nullptr, 0);
   }
   g_wake.store(0, std::memory_order_release);
-  return transport_.poll_command();
+  return poll_command();
+}
+
+// Under mu_: an application thread's sync_cycle (dlclose) may be sending, or ending the transport,
+// at the same time.
+int Writer::poll_command() {
+  pthread_mutex_lock(&mu_);
+  const int cmd = transport_.poll_command();
+  check_transport();
+  pthread_mutex_unlock(&mu_);
+  return cmd;
 }
 
 bool Writer::start(int64_t start_realtime_ns, int64_t start_mono_ns, int64_t period_ns) {
@@ -701,10 +710,10 @@ void Writer::check_transport() {
   const int saved = errno;
   char line[400];
   const int n = snprintf(line, sizeof line,
-                         "mlprof: process %d closed mlprof's connection to the collector (descriptor %d: a "
-                         "closerange(), a close-all loop or a dup2() over it); its profile ends here and it "
-                         "runs on unprofiled\n",
-                         static_cast<int>(getpid()), fd);
+                         "mlprof: process %d closed mlprof's %s (descriptor %d: a closerange(), a close-all loop "
+                         "or a dup2() over it); its profile ends here, and the rest of its run is not recorded\n",
+                         static_cast<int>(getpid()),
+                         transport_.is_socket() ? "connection to the collector" : "event file", fd);
   if (n > 0) {
     ssize_t w = write(STDERR_FILENO, line, static_cast<size_t>(n < static_cast<int>(sizeof line) ? n : sizeof line - 1));
     (void)w;
@@ -749,6 +758,7 @@ bool Writer::restart(int64_t start_realtime_ns, int64_t start_mono_ns) {
   mem::Guard guard;  // on an application thread
   pthread_mutex_lock(&mu_);
   reset_stream_state();  // the new stream's modules are rescanned, and their tables refreshed
+  transport_lost_reported_ = false;  // a new stream: a new connection to lose
   pthread_mutex_unlock(&mu_);
   cfi_cancel_refresh(false);
   return start(start_realtime_ns, start_mono_ns, period_ns_);
@@ -797,10 +807,7 @@ void Writer::send_mem_config() {
 }
 
 void Writer::send_mem_usage(int64_t now) {
-  if (statm_fd_ < 0) {
-    statm_fd_ = fd_move_high(open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
-    if (statm_fd_ >= 0 && !fd_identity(statm_fd_, &statm_id_)) statm_fd_ = -1;
-  }
+  if (statm_fd_ < 0) statm_fd_ = open_owned("/proc/self/statm", O_RDONLY, &statm_id_);
   // A number the program took over (it closed ours) is forgotten, not closed or read, and the file
   // opened again next time.
   if (statm_fd_ >= 0 && !fd_still(statm_fd_, statm_id_)) statm_fd_ = -1;

@@ -6,13 +6,15 @@
 
 namespace mlprof::profile {
 
+bool is_nobodys_module(std::string_view path) {
+  const std::string_view base = module_basename(path);
+  return is_c_runtime_module(path) || base.substr(0, 9) == "libstdc++" || base == "[unknown]";
+}
+
 bool is_pool_runtime_frame(const Profile& p, uint32_t frame) {
   const Frame& f = p.frames.at(frame);
   if (f.kind != FrameKind::kNative) return false;
-  if (f.module == 0 || f.module >= p.strings.size()) return true;
-  const std::string& path = p.str(f.module);
-  const std::string_view base = module_basename(path);
-  return is_c_runtime_module(path) || base.substr(0, 9) == "libstdc++" || base == "[unknown]";
+  return f.module == 0 || f.module >= p.strings.size() || is_nobodys_module(p.str(f.module));
 }
 
 namespace {

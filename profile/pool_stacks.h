@@ -2,12 +2,16 @@
 // profile::Stack holds them). Shared by the collector's worker attribution
 // (collector/pool_attribution.h) and the serving advice (tools/serving_window.h).
 #pragma once
+#include <string_view>
+
 #include "profile/model.h"
 
 namespace mlprof::profile {
 
-// Frames that are nobody's work in a pool's stack: the C runtime's (the thread start, futex,
-// sched_yield), libstdc++'s (std::thread's routine), frames outside every module.
+// Modules whose code is nobody's work in a pool's stack: the C runtime's (the thread start, futex,
+// sched_yield), libstdc++'s (std::thread's routine), "[unknown]" (outside every module).
+bool is_nobodys_module(std::string_view path);
+// A native frame in such a module, or in none (module 0, or past the strings).
 bool is_pool_runtime_frame(const Profile& p, uint32_t frame);
 
 // A pool's thread: a stack that starts at the C runtime's thread start whose next frame is in a

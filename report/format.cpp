@@ -179,6 +179,7 @@ RunCounters run_counters(const Profile& prof) {
     c.ring_full += counter(p, "dropped_ring_full");
     c.no_thread += counter(p, "dropped_no_thread");
     c.transport += counter(p, "dropped_transport");
+    c.pool_wait += counter(p, "pool_wait_samples");
   }
   return c;
 }

@@ -38,6 +38,7 @@ uint64_t samples_taken(const profile::Process&);
 
 struct RunCounters {
   uint64_t samples = 0, ring_full = 0, no_thread = 0, transport = 0;
+  uint64_t pool_wait = 0;  // pool threads spinning for work (pool_wait_samples)
   uint64_t dropped() const { return ring_full + no_thread + transport; }
 };
 RunCounters run_counters(const profile::Profile&);

@@ -223,8 +223,7 @@ std::vector<Hint> hints(const Profile& p) {
   }
   // Thread pools spinning while they wait for work (collector/pool_attribution.h).
   detail::RunCounters rc = detail::run_counters(p);
-  uint64_t pool_wait = 0;
-  for (const auto& pr : p.processes) pool_wait += detail::counter(pr, "pool_wait_samples");
+  const uint64_t pool_wait = rc.pool_wait;
   if (rc.samples > 0 && pool_wait * 10 >= rc.samples)
     out.push_back({"pool-waiting", "warn",
                    fmt::format("{:.0f}% of the samples were thread pools' threads spinning while they waited for "

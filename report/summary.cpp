@@ -111,12 +111,12 @@ std::string header(const Profile& prof, const Style& st, uint32_t m, int64_t gra
   // Thread-pool workers' samples charged to the line that started their work
   // (collector/pool_attribution.h): how many, so a worker table that still shows its own frames is
   // explained.
-  uint64_t pool = 0, pool_charged = 0, pool_wait = 0;
+  uint64_t pool = 0, pool_charged = 0;
   for (const auto& proc : prof.processes) {
     if (auto it = proc.counters.find("pool_worker_samples"); it != proc.counters.end()) pool += it->second;
     if (auto it = proc.counters.find("pool_worker_samples_charged"); it != proc.counters.end()) pool_charged += it->second;
-    if (auto it = proc.counters.find("pool_wait_samples"); it != proc.counters.end()) pool_wait += it->second;
   }
+  const uint64_t pool_wait = c.pool_wait;
   std::string pools;
   if (pool > 0)
     pools = fmt::format("{} of {} worker samples ({}) charged to the lines that started their work", pool_charged, pool,

@@ -178,6 +178,9 @@ profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
       // a reaped child had used may exceed its reaper's growth by less than a tick. More than
       // that is a reap /proc did not show yet (read between the two files): owed to the next poll.
       now.owed = grown > 0 && debt < tick_ns ? 0 : debt;
+      // Carried from an earlier poll (not only this one's new debt): dropped once old enough.
+      now.owed_polls = now.owed > 0 && was.owed > 0 ? was.owed_polls + 1 : 0;
+      if (now.owed_polls > kMaxOwedPolls) now.owed = now.owed_polls = 0;
     } else if (polled_) {
       cpu_total_ += own + children;
     }

@@ -48,7 +48,12 @@ class TreePoller {
     int64_t children_ns = 0;  // its reaped children's (cutime + cstime)
     bool precise = false;  // own_ns from the scheduler's clock, not /proc's ticks
     int64_t owed = 0;      // CPU of gone children counted already, not yet in children_ns
+    int owed_polls = 0;    // polls that debt has been carried (dropped after kMaxOwedPolls)
   };
+  // A reap shows in the reaper's cutime by the next poll or two; a debt older than that is a child
+  // its parent never waited for (SIGCHLD ignored: the kernel reaps it, and no cutime grows), and
+  // carried on it would swallow the CPU of the children it does wait for.
+  static constexpr int kMaxOwedPolls = 2;
   pid_t ancestor_;
   std::string proc_;
   std::map<pid_t, Seen> seen_;

@@ -100,10 +100,10 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) 
     w.per_thread_us[s.thread] += c;
     auto it = stack_kind.find(s.stack);
     if (it == stack_kind.end()) {
-      bool mm = false, gc = false, lock = false, gil = false, pool = false, wait = false;
+      bool mm = false, gc = false, lock = false, gil = false, pool = false, waiting = false;
       if (s.stack < p.stacks.size()) {
         pool = profile::is_pool_thread_stack(p, p.stacks[s.stack]);
-        wait = profile::is_pool_wait_stack(p, p.stacks[s.stack]);
+        waiting = profile::is_pool_wait_stack(p, p.stacks[s.stack]);
       }
       if (s.stack < p.stacks.size())
         for (uint32_t f : p.stacks[s.stack].frames) {
@@ -115,11 +115,11 @@ WindowCpu window_cpu(const profile::Profile& p, int64_t from_ns, int64_t to_ns) 
                  contains(fn, "pthread_cond");
           gil = gil || is_gil_handoff_function(fn);
         }
-      it = stack_kind.emplace(s.stack, std::make_tuple(mm, gc, lock, gil, pool, wait)).first;
+      it = stack_kind.emplace(s.stack, std::make_tuple(mm, gc, lock, gil, pool, waiting)).first;
     }
-    auto [mm, gc, lock, gil, pool, wait] = it->second;
-    if (pool || wait) w.pool_threads.insert(s.thread);
-    if (wait) {
+    auto [mm, gc, lock, gil, pool, waiting] = it->second;
+    if (pool || waiting) w.pool_threads.insert(s.thread);
+    if (waiting) {
       w.pool_wait_us += c;
       const uint32_t m = profile::pool_routine_module(p, p.stacks[s.stack]);
       w.pool_wait_by_library[m ? std::string(profile::module_basename(p.str(m))) : "?"] += c;

@@ -39,7 +39,8 @@
     fact(rec, "Peak CPU used", num(s.maxUtilizedCpu, 2) + " cores of " + num(s.available_cpu, 1) + " available", "maxUtilizedCpu: highest 1 s average of the service's process tree");
     fact(rec, "Peak memory used", num(s.maxUtilizedMemoryInGB, 3) + " GiB", "maxUtilizedMemoryInGB: highest sum over the service's processes of each one's peak RSS (VmHWM, docs/serving.md)");
     fact(rec, "Queries", s.successQueries + " of " + s.totalQueries + " succeeded (successRate " + num(s.successRate, 3) + ")" +
-      (s.timed_out_queries ? "; " + s.timed_out_queries + " timed out" : ""));
+      (s.timed_out_queries ? "; " + s.timed_out_queries + " timed out" : "") +
+      (s.aborted_queries ? "; " + s.aborted_queries + " cut off by the interruption, not counted" : ""));
     fact(rec, "Throughput", num(s.measuredQueriesPerSecond, 1) + " req/s (steady state)");
     fact(rec, "Latency", "average " + ms(s.averageLatencyInMs) + ", p50 " + ms(s.latencyPercentile50InMs) +
       ", p90 " + ms(s.latencyPercentile90InMs) + ", p95 " + ms(s.latencyPercentile95InMs) +

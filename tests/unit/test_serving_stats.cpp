@@ -315,6 +315,17 @@ TEST(ServingResources, PollerCountsReapedChildrenOnce) {
   write(16, 11, hz * 2 / 10, 0, 5000);
   write(11, 10, hz, hz * 23 / 10);  // +0.2 s: the old 16 ended at 0.2 s, 0.1 s of it new
   EXPECT_EQ(poller.poll(10).cpu_ns, 2000000000);
+  // A child its parent never waits for (SIGCHLD ignored: the kernel reaps it, no cutime grows),
+  // seen with 0.5 s: what it owes is dropped after a few polls, so the 0.2 s of a child the same
+  // parent does reap later counts (it was swallowed by that debt for good).
+  gone(16);
+  write(17, 11, hz / 2, 0);
+  write(11, 10, hz, hz * 25 / 10);  // the new 16's 0.2 s, reaped
+  EXPECT_EQ(poller.poll(11).cpu_ns, 2500000000);  // 16's 0.2 s was counted at poll 10; +0.5 s of 17
+  gone(17);
+  for (int t = 12; t <= 15; ++t) EXPECT_EQ(poller.poll(t).cpu_ns, 2500000000);
+  write(11, 10, hz, hz * 27 / 10);  // a child forked and reaped between two polls: 0.2 s
+  EXPECT_EQ(poller.poll(16).cpu_ns, 2700000000);
   fs::remove_all(root);
 }
 
@@ -602,4 +613,23 @@ TEST(ServingWindow, ThreadPoolWorkersAreKnownByTheirStacks) {
   EXPECT_EQ(w.pool_threads, (std::set<uint32_t>{0, 1, 3}));
   EXPECT_EQ(w.pool_wait_us, 10000);  // the stack of nothing but the pool's routine: waiting for work
   EXPECT_EQ(w.pool_wait_by_library, (std::map<std::string, int64_t>{{"libgomp.so.1", 10000}}));
+}
+
+// Wall mode: the window's waits in locks (futex, pthread_cond, the GIL) come from the wait metric
+// of the stacks through them, not from their CPU.
+TEST(ServingWindow, LockWaitsAreTheWaitMetricOfLockStacks) {
+  profile::Profile p;
+  profile::StringTable st(p.strings);
+  p.metrics = {{"cpu", "us"}, {"wait", "us"}};
+  p.frames = {{st.intern("handle"), 0, 0, 0, 0, profile::FrameKind::kPython, false},
+              {st.intern("__futex_abstimed_wait_common64"), 0, 0, 0, 0, profile::FrameKind::kNative, false},
+              {st.intern("tokenize"), 0, 0, 0, 0, profile::FrameKind::kPython, false}};
+  p.stacks = {{{1, 0}, false}, {{2}, false}};
+  p.processes = {profile::Process{}};
+  p.threads = {{0, 1, "main", 0, 0}};
+  p.stack_values = {{0, 0, {0, 250000}}, {0, 1, {40000, 0}}};  // 250 ms waiting in the futex, 40 ms of CPU
+  p.samples = {{0, 0, 100, 25}, {0, 1, 200, 4}};
+  WindowCpu w = window_cpu(p, 0, 1000);
+  EXPECT_EQ(w.lock_wait_us, 250000);
+  EXPECT_EQ(w.total_us, 40000);
 }
