@@ -38,7 +38,7 @@ nlohmann::json serving_series(const profile::Profile& p) {
   uint64_t answered = 0;
   for (size_t i = 0; i < s.requests.size(); ++i) {
     const auto& r = s.requests[i];
-    if (r.status == profile::ServingRequest::kAborted) continue;  // cut off by mlprof-run's interruption
+    if (r.status == profile::ServingRequest::kAborted) continue;  // cut off at the end of the run: in no figure
     if (r.status != 0) {  // answered, or timed out (at the time it was given up)
       lat[bucket(r.start_ns)].push_back(r.latency_ns);
       ++answered;

@@ -34,7 +34,8 @@ inline const char* no_recommendation_reason(const profile::Serving& s) {
              ? "no steady-state request was measured"
              : "the replay did not run to its end";
 }
-// Requests cut off by mlprof-run's interruption (status kAborted): in no figure.
+// Requests cut off at the end of the run (status kAborted: mlprof-run was interrupted, or they were
+// still in flight kDurationGraceS after --duration): in no figure.
 inline uint64_t aborted(const profile::Serving& s) {
   uint64_t n = 0;
   for (const auto& r : s.requests) n += r.status == profile::ServingRequest::kAborted;

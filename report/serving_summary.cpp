@@ -34,7 +34,7 @@ std::string serving_summary(const profile::Profile& p, size_t top) {
   const uint64_t timed_out = serving_detail::timed_out(s), aborted = serving_detail::aborted(s);
   out += fmt::format("  queries {} total, {} succeeded (successRate {:.3f}){}{}; warmup {}, steady {}\n", s.total_queries,
                      s.success_queries, rate, timed_out ? fmt::format(", {} timed out", timed_out) : "",
-                     aborted ? fmt::format("; {} cut off by the interruption, not counted", aborted) : "",
+                     aborted ? fmt::format("; {} cut off at the end of the run (interrupted, or in flight 5 s after --duration), not counted", aborted) : "",
                      std::min<uint64_t>(s.warmup, s.total_queries), s.window_requests);
   if (s.ready_ns > 0 && p.run.start_ns > 0 && s.ready_ns >= p.run.start_ns)
     out += fmt::format("  start-up: the service was ready (first answer, 503 aside) {:.2f} s after the run started\n",

@@ -183,8 +183,10 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
 
   res.start_ns = clock_ns();
   const int64_t limit = c.duration_s > 0 ? res.start_ns + static_cast<int64_t>(c.duration_s * 1e9) : INT64_MAX;
+  const int64_t cut_at = limit == INT64_MAX ? INT64_MAX : limit + static_cast<int64_t>(kDurationGraceS * 1e9);
+  bool cut = false;
   // Two phases: warmup (the first K requests, all answered before the window opens), then steady.
-  for (int phase = warmup ? 0 : 1; phase < 2 && !res.stopped; ++phase) {
+  for (int phase = warmup ? 0 : 1; phase < 2 && !res.stopped && !cut; ++phase) {
     const uint64_t phase_end = phase == 0 ? warmup : total;
     const uint64_t phase_first = sent;
     const int64_t phase_t0 = clock_ns();
@@ -199,6 +201,10 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
       }
       int64_t t = clock_ns();
       if (sent < phase_end && t >= limit) res.time_limit = true;
+      if (t >= cut_at && in_flight > 0) {  // --duration is over, and its grace: cut them off
+        cut = true;
+        break;
+      }
       const bool more = sent < phase_end && !res.time_limit;
       int64_t wait_ms = 100;
       if (more && !open_loop) {
@@ -236,19 +242,25 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
     }
   }
   const int64_t end = clock_ns();
-  // Abandoned transfers (stopped): failed requests, timed until now.
+  // Abandoned transfers: failed requests, timed until now (stopped: the session decides which the
+  // interruption cut off); cut off at --duration's end: in no figure.
+  uint64_t steady_cut = 0;
   for (auto& s : slots)
     if (s->busy) {
       auto& r = res.requests[s->request];
       r.latency_ns = end - r.start_ns;
-      r.status = 0;
+      r.status = cut && !res.stopped ? profile::ServingRequest::kAborted : 0;
+      if (r.status == profile::ServingRequest::kAborted) {
+        ++res.cut_at_limit;
+        steady_cut += s->request >= warmup;
+      }
       curl_multi_remove_handle(multi, s->easy);
       s->busy = false;
     }
   res.end_ns = end;
   if (res.window_start_ns) {
     res.window_end_ns = end;
-    res.window_requests = res.requests.size() > warmup ? res.requests.size() - warmup : 0;
+    res.window_requests = res.requests.size() > warmup ? res.requests.size() - warmup - steady_cut : 0;
     if (window) window->end_ns.store(end, std::memory_order_release);
   }
   for (auto& s : slots) curl_easy_cleanup(s->easy);

@@ -41,9 +41,15 @@ struct LoadConfig {
   uint64_t max_requests = 0;  // 0: each body once
   uint64_t warmup = 0;
   double timeout_s = 30;
-  double duration_s = 0;      // > 0: start no request after this many seconds of load
+  double duration_s = 0;      // > 0: start no request after this many seconds of load; those in
+                              // flight then get until their --timeout or kDurationGraceS more,
+                              // whichever comes first, and are cut off after that (not counted)
   pid_t service_pid = 0;      // > 0: a failed transfer checks that this child still lives (and stops if not)
 };
+
+// How long requests in flight when --duration ends may still take (a hung request kept a 1 s run
+// going for the default --timeout's 30 s).
+inline constexpr double kDurationGraceS = 5;
 
 struct LoadResult {
   std::vector<profile::ServingRequest> requests;  // in start order; the first `warmup` are warmup
@@ -54,6 +60,8 @@ struct LoadResult {
   uint32_t max_in_flight = 0;
   bool stopped = false;       // `stop` ended it: in-flight requests were abandoned (status 0)
   bool time_limit = false;    // duration_s ended it before every request was sent
+  uint64_t cut_at_limit = 0;  // requests still in flight kDurationGraceS after duration_s: cut off
+                              // (status kAborted: in no figure)
   std::string first_error;    // the first transport error, for messages
 };
 

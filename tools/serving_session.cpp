@@ -219,11 +219,18 @@ int ServingSession::finish(profile::Profile& prof) {
   const bool steady = s.window_requests > 0;
   if (rc == kExitServingOk && !steady) {
     const uint64_t warmup_sent = std::min<uint64_t>(s.warmup, s.requests.size());
-    s.error = fmt::format(
-        "no steady-state request was measured: {} ended the replay during the warmup, after {} of the {} warmup "
-        "requests; raise --duration or lower --warmup. No latency, throughput or recommendation",
-        load_.time_limit ? fmt::format("--duration {:g} s", duration_s_) : std::string("the load"), warmup_sent,
-        s.warmup);
+    const std::string by = load_.time_limit ? fmt::format("--duration {:g} s", duration_s_) : std::string("the load");
+    if (s.requests.size() > s.warmup)  // the steady requests were all cut off
+      s.error = fmt::format(
+          "no steady-state request was measured: {} ended the replay, and the {} request(s) still in flight {:g} s "
+          "later were cut off; raise --duration (or --timeout, if the service answers that slowly). No latency, "
+          "throughput or recommendation",
+          by, load_.cut_at_limit, kDurationGraceS);
+    else
+      s.error = fmt::format(
+          "no steady-state request was measured: {} ended the replay during the warmup, after {} of the {} warmup "
+          "requests; raise --duration or lower --warmup. No latency, throughput or recommendation",
+          by, warmup_sent, s.warmup);
   }
   // A recommendation only from a replay that ran to its end (or to --duration) and measured the
   // steady state: the peaks of a run that failed say nothing about what the service needs

@@ -40,7 +40,7 @@
     fact(rec, "Peak memory used", num(s.maxUtilizedMemoryInGB, 3) + " GiB", "maxUtilizedMemoryInGB: highest sum over the service's processes of each one's peak RSS (VmHWM, docs/serving.md)");
     fact(rec, "Queries", s.successQueries + " of " + s.totalQueries + " succeeded (successRate " + num(s.successRate, 3) + ")" +
       (s.timed_out_queries ? "; " + s.timed_out_queries + " timed out" : "") +
-      (s.aborted_queries ? "; " + s.aborted_queries + " cut off by the interruption, not counted" : ""));
+      (s.aborted_queries ? "; " + s.aborted_queries + " cut off at the end of the run (interrupted, or in flight 5 s after --duration), not counted" : ""));
     fact(rec, "Throughput", num(s.measuredQueriesPerSecond, 1) + " req/s (steady state)");
     fact(rec, "Latency", "average " + ms(s.averageLatencyInMs) + ", p50 " + ms(s.latencyPercentile50InMs) +
       ", p90 " + ms(s.latencyPercentile90InMs) + ", p95 " + ms(s.latencyPercentile95InMs) +

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -376,6 +377,31 @@ TEST(Serving, RequestsCutOffByAnInterruptionAreNotFailures) {
   auto j = export_serving(path);
   EXPECT_DOUBLE_EQ(j["successRate"].get<double>(), 1.0);
   EXPECT_EQ(j["aborted_queries"], cut);
+}
+
+// --duration bounds the run even with a request that hangs: requests in flight when it ends get
+// 5 s more (kDurationGraceS), then are cut off and counted nowhere. Here each request takes 6.5 s
+// under the default 30 s --timeout: the run went on until the request ended (a hung one, until
+// the timeout); now the first is cut at 1 + 5 s.
+TEST(Serving, DurationCutsOffRequestsStillInFlightAfterItsGrace) {
+  const std::string dir = scratch(), requests = write_bodies(dir, 3);
+  const int port = free_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  Profiled r = profile_run({fixture("fixture_http_server"), std::to_string(port), "--delay-us", "6500000"},
+                           {"--no-profile", "--requests", requests, "--url", "http://127.0.0.1:" + std::to_string(port) + "/score",
+                            "--max-requests", "3", "--concurrency", "1", "--duration", "1"});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.result.exit_code, 0) << r.result.err;
+  const auto& sv = r.profile.serving;
+  EXPECT_EQ(sv.outcome, "time-limit");
+  ASSERT_EQ(sv.requests.size(), 1u);
+  EXPECT_EQ(sv.requests[0].status, profile::ServingRequest::kAborted);
+  EXPECT_NEAR(sv.requests[0].latency_ns / 1e9, 1 + 5.0, 0.5);  // --duration + tools::kDurationGraceS
+  EXPECT_EQ(sv.total_queries, 0u);
+  EXPECT_EQ(export_serving(r.path)["aborted_queries"], 1);
+  EXPECT_LT(took, 20.0) << "the run waited for the request";
+  EXPECT_NE(r.profile.serving.error.find("were cut off; raise --duration"), std::string::npos) << r.profile.serving.error;
 }
 
 // A server that listens before it can serve answers 503 meanwhile: not ready yet.
