@@ -1,10 +1,7 @@
 // Source view data (html_source.h).
 #include "report/html_source.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
 
@@ -15,27 +12,6 @@ namespace mlprof::report {
 
 using nlohmann::json;
 using profile::Profile;
-
-namespace {
-
-constexpr off_t kMaxFileBytes = 8 << 20;
-
-// The file's lines as written (indentation kept); empty when it is not a readable regular file.
-std::vector<std::string> read_lines(const std::string& name, const std::string& cwd) {
-  std::vector<std::string> lines;
-  struct stat st;
-  const std::string path = source_path(name, cwd);
-  if (path.empty() || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxFileBytes)
-    return lines;
-  std::ifstream f(path, std::ios::binary);
-  for (std::string l; std::getline(f, l);) {
-    if (!l.empty() && l.back() == '\r') l.pop_back();
-    lines.push_back(std::move(l));
-  }
-  return lines;
-}
-
-}  // namespace
 
 json source_data(const Profile& p, const SourceOptions& opt) {
   const size_t nm = p.metrics.size();
@@ -101,7 +77,7 @@ json source_data(const Profile& p, const SourceOptions& opt) {
       jself.push_back(std::move(v));
       if (hot[i]) hot_lines.push_back(l.line);
     }
-    std::vector<std::string> text = read_lines(path, p.run.cwd);
+    std::vector<std::string> text = source_lines(path, p.run.cwd);
     json regions = json::array();
     if (!text.empty()) {
       // Hot lines +- context, merged when they touch.

@@ -14,6 +14,10 @@ namespace mlprof::report {
 // pseudo files ("<frozen ...>", "<string>") and relative paths without a cwd.
 std::string source_path(const std::string& path, const std::string& cwd);
 
+// The lines of that file as written (indentation kept, a trailing '\r' dropped); empty when it is
+// not a readable regular file of at most 8 MiB (a larger "source" file is not source we show).
+std::vector<std::string> source_lines(const std::string& path, const std::string& cwd);
+
 class SourceCache {
  public:
   // `cwd`: the run's working directory (profile::Run::cwd), for relative paths.
