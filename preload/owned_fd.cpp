@@ -48,15 +48,17 @@ int fd_move_high(int fd) {
   return moved;
 }
 
-int open_owned(const char* path, int flags, FdId* id) {
-  const int fd = fd_move_high(open(path, flags | O_CLOEXEC));
+int own_fd(int fd, FdId* id) {
   if (fd < 0) return -1;
+  fd = fd_move_high(fd);
   if (!fd_identity(fd, id)) {
     close(fd);
     return -1;
   }
   return fd;
 }
+
+int open_owned(const char* path, int flags, FdId* id) { return own_fd(open(path, flags | O_CLOEXEC), id); }
 
 bool fd_identity(int fd, FdId* out) {
   struct stat sb;

@@ -29,7 +29,9 @@ struct FdId {
 // itself when the move fails (out of descriptors). Async-signal-safe.
 int fd_move_high(int fd);
 
-// open(path, flags | O_CLOEXEC) moved high, with its identity in *id; -1 when it cannot be opened.
+// Takes fd over: moved high, its identity in *id; -1 (fd closed) when fstat fails, as for fd -1.
+int own_fd(int fd, FdId* id);
+// open(path, flags | O_CLOEXEC), owned (own_fd); -1 when it cannot be opened.
 int open_owned(const char* path, int flags, FdId* id);
 
 // The identity of an open descriptor; false when fd is not open.

@@ -46,9 +46,8 @@ bool Transport::open_socket(const char* path) {
 }
 
 bool Transport::adopt(int fd, bool socket) {
-  fd = fd_move_high(fd);
-  if (!fd_identity(fd, &id_)) {
-    ::close(fd);
+  fd = own_fd(fd, &id_);
+  if (fd < 0) {
     failure_ = "cannot use its own descriptor";
     return false;
   }

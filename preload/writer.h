@@ -92,8 +92,8 @@ class Writer : private WallSink {
   int cycle_ms_ = 10;                // CPU mode: the current drain interval (adapt_cycle; kCycleMs at start)
   int64_t modules_changed_ns_ = 0;   // the last cycle that found new or removed modules
   uint64_t cycles_ = 0;              // counter writer_cycles
-  int wait(int timeout_ms);
-  int poll_command();  // the collector's command byte if one waits, else -1 (takes mu_)  // until the next cycle: timeout, a collector command, or wake_writer()
+  int wait(int timeout_ms);  // until the next cycle: timeout, a collector command, or wake_writer()
+  int poll_command();        // the collector's command byte if one waits, else -1 (takes mu_)
   // WallSink
   uint64_t wall_stack(const uint64_t* pcs, uint16_t n, uint8_t flags, const python::RawPyFrame* py,
                       uint8_t npy) override {
