@@ -25,6 +25,11 @@ std::string ms(int64_t ns) {
   return fmt::format("{:.0f} ms", ns / 1e6);
 }
 std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+// "12% of the steady-state CPU (0.34 ms per request)": a part of the window's CPU, and per request.
+std::string cpu_share(int64_t part_us, const WindowCpu& w, const profile::Serving& s) {
+  return fmt::format("{} of the steady-state CPU ({:.2f} ms per request)", pct(part_us, w.total_us),
+                     s.window_requests ? part_us / 1000.0 / s.window_requests : 0.0);
+}
 
 constexpr int64_t kMinShareCpuUs = 200000;
 
@@ -122,10 +127,9 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
         w.total_us / 1000.0, s.window_requests));
   if (enough && w.interpreter_us * 2 >= w.total_us)
     out.push_back(fmt::format(
-        "{} of the steady-state CPU ({} ms per request) runs in the Python interpreter: batch requests or vectorize "
-        "the per-request Python code (the per-line table shows which lines).",
-        pct(w.interpreter_us, w.total_us),
-        fmt::format("{:.2f}", s.window_requests ? w.interpreter_us / 1000.0 / s.window_requests : 0.0)));
+        "{} runs in the Python interpreter: batch requests or vectorize the per-request Python code (the per-line "
+        "table shows which lines).",
+        cpu_share(w.interpreter_us, w, s)));
   if (enough && w.matmul_us * 10 >= w.total_us * 3)
     out.push_back(fmt::format(
         "{} of the steady-state CPU is in matrix products (BLAS/GEMM frames): the service is compute-bound in the "
@@ -139,22 +143,18 @@ std::vector<std::string> serving_advice(const profile::Profile& p, const profile
     std::string which;
     for (const auto& [us, lib] : by) which += (which.empty() ? "" : ", ") + lib + " " + pct(us, w.total_us);
     out.push_back(fmt::format(
-        "{} of the steady-state CPU ({} ms per request) was thread pools' threads spinning while they waited for "
-        "work ({}), CPU no request asked for and part of the cores used above: OMP_WAIT_POLICY=passive makes "
-        "OpenMP's threads (libgomp, libomp, libiomp5) sleep instead, and fewer pool threads (OMP_NUM_THREADS, "
-        "torch.set_num_threads, whose count PyTorch's pthreadpool follows) spin less.",
-        pct(w.pool_wait_us, w.total_us),
-        fmt::format("{:.2f}", s.window_requests ? w.pool_wait_us / 1000.0 / s.window_requests : 0.0), which));
+        "{} was thread pools' threads spinning while they waited for work ({}), CPU no request asked for and part "
+        "of the cores used above: OMP_WAIT_POLICY=passive makes OpenMP's threads (libgomp, libomp, libiomp5) sleep "
+        "instead, and fewer pool threads (OMP_NUM_THREADS, torch.set_num_threads, whose count PyTorch's pthreadpool "
+        "follows) spin less.",
+        cpu_share(w.pool_wait_us, w, s), which));
   }
   if (enough && w.gil_us * 10 >= w.total_us)
     out.push_back(fmt::format(
-        "{} of the steady-state CPU ({} ms per request) {} "
-        "(PyEval_SaveThread / PyEval_RestoreThread: a thread lets go of it around each blocking call, and waking "
-        "the next one or waiting to take it back costs system calls): serve from several single-threaded worker "
-        "processes instead of threads, or make fewer blocking calls per request.",
-        pct(w.gil_us, w.total_us),
-        fmt::format("{:.2f}", s.window_requests ? w.gil_us / 1000.0 / s.window_requests : 0.0),
-        profile::kGilHandoffAdvice));
+        "{} {} (PyEval_SaveThread / PyEval_RestoreThread: a thread lets go of it around each blocking call, and "
+        "waking the next one or waiting to take it back costs system calls): serve from several single-threaded "
+        "worker processes instead of threads, or make fewer blocking calls per request.",
+        cpu_share(w.gil_us, w, s), profile::kGilHandoffAdvice));
   if (s.window_requests > 0) {
     const double per = static_cast<double>(s.window_copy_bytes) / static_cast<double>(s.window_requests);
     if (per >= 1048576.0)
