@@ -133,6 +133,16 @@ class Builder {
       if (const char* name = counter_name(k)) proc.counters[name] = v;
     proc.messages = s.messages;
     if (!s.error.empty()) proc.messages.push_back("event stream: " + s.error);
+    // Memory events the preload could not queue (its ring stayed full past the wait): said, since
+    // every figure they would have added to is low by their share.
+    if (auto it = proc.counters.find("mem_dropped"); it != proc.counters.end() && it->second > 0) {
+      const uint64_t kept = proc.counters.count("mem_samples") ? proc.counters.at("mem_samples") : 0;
+      proc.messages.push_back(fmt::format(
+          "{} memory events were lost (against {} allocation samples kept): the writer thread could not drain "
+          "its rings in time (a busy machine, a very small --mem-interval); allocation figures are low by about "
+          "that share, and a lost free can leave a block counted as live",
+          it->second, kept));
+    }
     int64_t last = s.start_mono_ns;
     for (auto& smp : s.samples) last = std::max(last, smp.t_ns);
     for (auto& t : s.threads) last = std::max(last, t.end_ns);

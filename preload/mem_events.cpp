@@ -80,6 +80,8 @@ uint8_t* EventSlot::reserve(uint32_t len, uint32_t ring_bytes, int64_t wait_ns, 
     else if (fallback_) g_fallback.unlock();
     return p;
   }
+  // Full: the writer may be in an idle cycle (up to 80 ms) that a burst of events outran.
+  wake_writer();
   const int64_t deadline = clock_ns() + wait_ns;
   while (!p) {
     if (fallback_) g_fallback.unlock();
@@ -96,8 +98,11 @@ uint8_t* EventSlot::reserve(uint32_t len, uint32_t ring_bytes, int64_t wait_ns, 
 }
 
 void EventSlot::commit(uint32_t len) {
-  ring_->commit(len);
+  const bool past_half = ring_->commit_past_half(len);
   if (fallback_) g_fallback.unlock();
+  // A burst (a fine --mem-interval, exact mode) can fill a ring within one of the writer's idle
+  // cycles: it is woken at half full, before this thread has to wait or drop (kMemDropped).
+  if (past_half) wake_writer();
 }
 
 void EventSlot::abandon() {

@@ -8,8 +8,10 @@
 // retire_current during their TLS destructors) share one fallback ring whose producer side is
 // serialised by a spinlock (taken across fork, so a child never inherits it held).
 //
-// When a ring is full the producer waits for the writer's next drain (short sleeps, bounded by
-// the given wait) or, without a wait, drops the event and counts it (kMemDropped). A thread
+// A producer whose event takes its ring to half full wakes the writer (which may be in an idle
+// cycle of up to 80 ms). When a ring is full the producer wakes it too and waits for its drain
+// (short sleeps, bounded by the given wait) or, without a wait, drops the event and counts it
+// (kMemDropped). A thread
 // whose wait timed out does not wait again until one of its events got in: a writer stuck
 // behind a collector that stopped reading holds each thread up once, not once per event.
 // Nothing is locked while waiting (the fallback lock is released during the sleeps).

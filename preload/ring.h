@@ -51,6 +51,16 @@ class Ring {
     head_.store(pending_head_ + align(len + kHeader), std::memory_order_release);
   }
 
+  // Producer: commit(), and whether this record took the ring to half full or past it, so that the
+  // producer can wake the consumer before the ring fills.  // signal-safe
+  bool commit_past_half(uint32_t len) {
+    const uint64_t start = pending_head_;  // >= the head before this record (its pad included)
+    commit(len);
+    const uint64_t tail = tail_.load(std::memory_order_acquire);  // <= start: records before it
+    const uint64_t half = cap_ / 2;
+    return start - tail < half && head_.load(std::memory_order_relaxed) - tail >= half;
+  }
+
   // Consumer: the fraction of the ring holding records not drained yet (0..1).
   double fill() const {
     if (cap_ == 0) return 0;

@@ -240,7 +240,10 @@ TEST_P(PythonMemory, PymallocBookkeepingIsNotTheProgramsMemory) {
   if (HasFatalFailure()) return;
   const uint32_t line = marker_line(script, "# FILL-LINE");
   const double want = truth["fill_bytes"];
-  EXPECT_NEAR(static_cast<double>(line_metric(r.profile, "alloc-bytes", script, line)), want, 0.05 * want);
+  // 300,000 samples in a few seconds: before the rings woke the writer at half full, a busy
+  // machine made the preload drop some (mem_dropped; 24% of the bytes once).
+  EXPECT_NEAR(static_cast<double>(line_metric(r.profile, "alloc-bytes", script, line)), want, 0.05 * want)
+      << "mem_dropped " << (r.profile.processes.empty() ? 0 : r.profile.processes[0].counters["mem_dropped"]);
   EXPECT_EQ(line_metric(r.profile, "live-end-bytes", script, line), 0) << describe_leaks(r.profile);
   for (auto& l : r.profile.leaks)
     EXPECT_NE(innermost_python_line(r.profile, l.stack, script), line) << describe_leaks(r.profile);

@@ -146,6 +146,25 @@ TEST(MemoryProfile, ProcessMemoryAndCounters) {
   EXPECT_EQ(c.at("mem_table_full"), 0u);
 }
 
+// Memory events the preload lost (kMemDropped) are said in the process's messages (the summary's,
+// the HTML's and the JSON's warnings): every byte figure is low by their share.
+TEST(MemoryProfile, LostMemoryEventsAreSaid) {
+  auto lost_message = [](uint64_t dropped) {
+    MemStream m(100, 1);
+    m.stack(1, "leak", "/src/app.py", 10);
+    m.alloc(1, T0 + 1 * kMs, 1, 1009, 1009);
+    m.counters({{wire::Counter::kMemSamples, 300}, {wire::Counter::kMemDropped, dropped}});
+    m.end(T0 + 10 * kMs, wire::EndReason::kExit);
+    Profile p = testing::build({&m});
+    for (const auto& msg : p.processes.at(0).messages)
+      if (msg.find("memory events were lost") != std::string::npos) return msg;
+    return std::string();
+  };
+  EXPECT_EQ(lost_message(0), "");
+  const std::string msg = lost_message(12);
+  EXPECT_NE(msg.find("12 memory events were lost (against 300 allocation samples kept)"), std::string::npos) << msg;
+}
+
 TEST(MemoryProfile, ExactLeakIsTheOnlyCandidate) {
   MemStream m = exact_scenario();
   Profile p = testing::build({&m});
