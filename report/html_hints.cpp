@@ -213,12 +213,18 @@ std::vector<Hint> hints(const Profile& p) {
   if (u.cpus > 0 && u.peak_busy_threads > u.cpus) {
     size_t procs = 0;
     for (const auto& pr : p.processes) procs += detail::samples_taken(pr) > 0;
+    // The knob depends on whose threads they were: a pool's size, or the program's own threads.
+    const std::string advice =
+        u.peak_busy_pool_threads > 0
+            ? fmt::format("{} of them were thread pools' workers: thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, "
+                          "torch.set_num_threads) times processes should not exceed the CPUs.",
+                          u.peak_busy_pool_threads)
+            : "None was a thread pool's: fewer busy threads or processes at once, or more CPUs, would let each "
+              "run at full speed.";
     out.push_back({"oversubscribed", "warn",
-                   fmt::format("Up to {} threads were busy at the same time{} on {} CPU{}: they take turns. "
-                               "Thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, torch.set_num_threads) times "
-                               "processes should not exceed the CPUs.",
+                   fmt::format("Up to {} threads were busy at the same time{} on {} CPU{}: they take turns. {}",
                                u.peak_busy_threads, procs >= 2 ? fmt::format(" in {} processes", procs) : "",
-                               u.cpus, u.cpus == 1 ? "" : "s"),
+                               u.cpus, u.cpus == 1 ? "" : "s", advice),
                    "", 0, ""});
   }
   // Thread pools spinning while they wait for work (collector/pool_attribution.h).

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "profile/pool_stacks.h"
 #include "report/format.h"
 
 namespace mlprof::report {
@@ -139,10 +140,21 @@ CpuUsage cpu_usage(const Profile& p) {
   // Per thread and bucket: CPU ns (sparse through the time order: one running bucket per thread).
   std::vector<double> thread_ns(p.threads.size(), 0.0);
   std::vector<size_t> thread_bucket(p.threads.size(), SIZE_MAX);
-  std::vector<uint32_t> busy_threads(b.n, 0);
+  std::vector<uint32_t> busy_threads(b.n, 0), busy_pool_threads(b.n, 0);
+  // A thread pool's threads: any of their samples on a pool's stack (working or spinning).
+  std::vector<char> pool_thread(p.threads.size(), 0), pool_stack(p.stacks.size(), 2);  // 2: not looked at
+  for (const auto& smp : p.samples) {
+    if (smp.thread >= p.threads.size() || smp.stack >= p.stacks.size() || pool_thread[smp.thread]) continue;
+    char& k = pool_stack[smp.stack];
+    if (k == 2)
+      k = profile::is_pool_thread_stack(p, p.stacks[smp.stack]) || profile::is_pool_wait_stack(p, p.stacks[smp.stack]);
+    pool_thread[smp.thread] = k;
+  }
   auto flush = [&](size_t th) {
-    if (thread_bucket[th] != SIZE_MAX && thread_ns[th] >= 0.5 * static_cast<double>(b.width))
+    if (thread_bucket[th] != SIZE_MAX && thread_ns[th] >= 0.5 * static_cast<double>(b.width)) {
       ++busy_threads[thread_bucket[th]];
+      busy_pool_threads[thread_bucket[th]] += pool_thread[th];
+    }
     thread_ns[th] = 0;
   };
   for (const auto& smp : p.samples) {
@@ -167,6 +179,7 @@ CpuUsage cpu_usage(const Profile& p) {
     }
     if (busy_threads[i] > u.peak_busy_threads) {
       u.peak_busy_threads = busy_threads[i];
+      u.peak_busy_pool_threads = busy_pool_threads[i];
       u.busy_t_ns = static_cast<int64_t>(i) * b.width;
     }
   }

@@ -16,6 +16,7 @@ struct CpuUsage {
   double peak_cores = 0;           // the busiest bucket
   int64_t peak_t_ns = 0;           // its start, relative to the run's start
   uint32_t peak_busy_threads = 0;  // most threads busy >= 50% of one bucket at once
+  uint32_t peak_busy_pool_threads = 0;  // of those (the first such bucket), a thread pool's threads
   int64_t busy_t_ns = 0;
   uint32_t cpus = 0;  // CPUs the run could use: min(extra "cpus", extra "cpu_quota" rounded up); 0 unknown
 };

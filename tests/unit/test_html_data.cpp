@@ -375,8 +375,9 @@ TEST(HtmlHints, AServingRunLeadsWithTheSteadyStatePerRequest) {
   EXPECT_EQ(hs[0].text.find("start-up included"), std::string::npos) << hs[0].text;
 }
 
-// `threads` threads each busy all the time for 1 s at 100 Hz (weight 1 = 10 ms).
-Profile busy_threads(int threads, const std::string& cpus) {
+// `threads` threads each busy all the time for 1 s at 100 Hz (weight 1 = 10 ms); the first `pool` of
+// them an OpenMP team's workers (their stacks start at libgomp's thread routine).
+Profile busy_threads(int threads, const std::string& cpus, int pool = 0) {
   Profile p;
   p.metrics = {{"cpu", "us"}};
   p.run.start_ns = 1'000'000'000;
@@ -386,13 +387,16 @@ Profile busy_threads(int threads, const std::string& cpus) {
   p.processes.resize(1);
   p.frames.push_back({intern(p, "spin"), 0, 0, 0, 0, FrameKind::kNative, false});
   p.stacks.push_back({{0}, false});
+  p.frames.push_back({intern(p, "gomp_thread_start"), 0, 0, intern(p, "/usr/lib/libgomp.so.1"), 0, FrameKind::kNative, false});
+  p.frames.push_back({intern(p, "start_thread"), 0, 0, intern(p, "/usr/lib/libc.so.6"), 0, FrameKind::kNative, false});
+  p.stacks.push_back({{0, 1, 2}, false});
   for (int t = 0; t < threads; ++t) {
     p.threads.push_back({0, static_cast<uint32_t>(100 + t), "omp", 0, 0});
-    p.stack_values.push_back({static_cast<uint32_t>(t), 0, {1'000'000}});
+    p.stack_values.push_back({static_cast<uint32_t>(t), t < pool ? 1u : 0u, {1'000'000}});
   }
   for (int k = 0; k < 100; ++k)
     for (int t = 0; t < threads; ++t)
-      p.samples.push_back({static_cast<uint32_t>(t), 0, p.run.start_ns + k * 10'000'000 + t, 1});
+      p.samples.push_back({static_cast<uint32_t>(t), t < pool ? 1u : 0u, p.run.start_ns + k * 10'000'000 + t, 1});
   mlprof::profile::compute_aggregates(p);
   return p;
 }
@@ -452,8 +456,20 @@ TEST(HtmlHints, MoreBusyThreadsThanCpus) {
   Profile q = busy_threads(4, "16");
   q.run.extra["cpu_quota"] = "1.50";  // a cgroup limit below the CPU count wins
   EXPECT_TRUE(has(kinds(q), "oversubscribed"));
-  for (const auto& h : report::hints(busy_threads(4, "2")))
-    if (h.kind == "oversubscribed") EXPECT_NE(h.text.find("Up to 4 threads"), std::string::npos) << h.text;
+  auto text = [](const Profile& p) {
+    for (const auto& h : report::hints(p))
+      if (h.kind == "oversubscribed") return h.text;
+    return std::string();
+  };
+  // The knob named is the one for whose threads they were: a pool's size, or the program's own.
+  const std::string own = text(busy_threads(4, "2")), pools = text(busy_threads(4, "2", 3));
+  EXPECT_NE(own.find("Up to 4 threads"), std::string::npos) << own;
+  EXPECT_NE(own.find("None was a thread pool's"), std::string::npos) << own;
+  EXPECT_EQ(own.find("OMP_NUM_THREADS"), std::string::npos) << own;
+  EXPECT_EQ(report::cpu_usage(busy_threads(4, "2", 3)).peak_busy_pool_threads, 3u);
+  EXPECT_NE(pools.find("Up to 4 threads"), std::string::npos) << pools;
+  EXPECT_NE(pools.find("3 of them were thread pools' workers"), std::string::npos) << pools;
+  EXPECT_NE(pools.find("OMP_NUM_THREADS"), std::string::npos) << pools;
 }
 
 // Thread pools spinning for a tenth or more of the samples get a hint; less does not.
