@@ -244,23 +244,18 @@ LoadResult run_load(const LoadConfig& c, const std::atomic<bool>& stop, collecto
   const int64_t end = clock_ns();
   // Abandoned transfers: failed requests, timed until now (stopped: the session decides which the
   // interruption cut off); cut off at --duration's end: in no figure.
-  uint64_t steady_cut = 0;
   for (auto& s : slots)
     if (s->busy) {
       auto& r = res.requests[s->request];
       r.latency_ns = end - r.start_ns;
       r.status = cut && !res.stopped ? profile::ServingRequest::kAborted : 0;
-      if (r.status == profile::ServingRequest::kAborted) {
-        ++res.cut_at_limit;
-        steady_cut += s->request >= warmup;
-      }
+      res.cut_at_limit += r.status == profile::ServingRequest::kAborted;
       curl_multi_remove_handle(multi, s->easy);
       s->busy = false;
     }
   res.end_ns = end;
   if (res.window_start_ns) {
     res.window_end_ns = end;
-    res.window_requests = res.requests.size() > warmup ? res.requests.size() - warmup - steady_cut : 0;
     if (window) window->end_ns.store(end, std::memory_order_release);
   }
   for (auto& s : slots) curl_easy_cleanup(s->easy);

@@ -55,7 +55,6 @@ struct LoadResult {
   std::vector<profile::ServingRequest> requests;  // in start order; the first `warmup` are warmup
   int64_t start_ns = 0, end_ns = 0;
   int64_t window_start_ns = 0, window_end_ns = 0;  // end of warmup (all of it answered) .. last answer
-  uint64_t window_requests = 0;
   uint64_t late_starts = 0;   // open loop: started > 1 ms after their scheduled time
   uint32_t max_in_flight = 0;
   bool stopped = false;       // `stop` ended it: in-flight requests were abandoned (status 0)

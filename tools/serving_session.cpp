@@ -145,24 +145,21 @@ int ServingSession::finish(profile::Profile& prof) {
   s.load_end_ns = load_.end_ns;
   s.window_start_ns = load_.window_start_ns;
   s.window_end_ns = load_.window_end_ns;
-  s.window_requests = load_.window_requests;
   s.late_starts = load_.late_starts;
   s.requests = std::move(load_.requests);
   // Requests cut off by mlprof-run's interruption are not the service's failures (they counted as
   // such: successRate 0.973 for a service that answered every request): abandoned in flight, or
   // failed on the service's own shutdown (the terminal's Ctrl-C reaches it too, at the same moment,
   // so up to 100 ms before mlprof-run noticed). Left out of the figures (status kAborted).
-  if (const int64_t t_int = interrupted_ns_.load(); t_int > 0) {
-    uint64_t steady_aborted = 0;
-    for (size_t i = 0; i < s.requests.size(); ++i) {
-      auto& r = s.requests[i];
-      if (r.status == 0 && r.start_ns + r.latency_ns >= t_int - kInterruptSlackNs) {
+  if (const int64_t t_int = interrupted_ns_.load(); t_int > 0)
+    for (auto& r : s.requests)
+      if (r.status == 0 && r.start_ns + r.latency_ns >= t_int - kInterruptSlackNs)
         r.status = profile::ServingRequest::kAborted;
-        steady_aborted += i >= s.warmup;
-      }
-    }
-    s.window_requests -= std::min(s.window_requests, steady_aborted);
-  }
+  // The steady window's requests: those after the warmup that no interruption or --duration cut off.
+  s.window_requests = 0;
+  if (s.window_start_ns > 0)
+    for (size_t i = s.warmup; i < s.requests.size(); ++i)
+      s.window_requests += s.requests[i].status != profile::ServingRequest::kAborted;
   s.thread_env = thread_env_;
   {
     std::lock_guard<std::mutex> g(points_mu_);
