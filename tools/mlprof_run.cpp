@@ -302,6 +302,7 @@ int main(int argc, char** argv) {
   std::set<uint32_t> stopped_pids;  // the processes SIGTERM was sent to (phase 2)
   int64_t phase_t = 0, exited_t = 0, last_status = 0;
   bool child_done = false, detach_sent = false;
+  size_t killed_below = 0;  // processes below the command that ignored the stopping SIGTERM
   int child_status = 0;
 
   for (;;) {
@@ -351,6 +352,25 @@ int main(int argc, char** argv) {
           if (p != child.pid) kill(p, SIGKILL);
         phase = 3;
       }
+    } else if (phase == 2 && !tools::descendants(getpid()).empty()) {
+      // Stopping the run (--duration, the serving load's end): the command went, but processes
+      // below it that ignored the SIGTERM (a prefork server's workers) are killed 5 s after it,
+      // like the command would have been, not detached to run on after mlprof-run.
+      if (t - phase_t > 5000000000LL) {
+        const std::vector<pid_t> left = tools::descendants(getpid());
+        if (!o.quiet)
+          fprintf(stderr, "\nmlprof-run: %zu process%s below the command ignored SIGTERM for 5 s; sending SIGKILL\n",
+                  left.size(), left.size() == 1 ? "" : "es");
+        for (pid_t p : left) kill(p, SIGKILL);
+        killed_below = left.size();
+        // Orphans are mlprof-run's children (the subreaper): reaped here, so that none outlives
+        // the run, not even as a zombie for init to collect.
+        const int64_t until = clock_ns() + 1000000000LL;
+        for (pid_t p : left)
+          while (waitpid(p, nullptr, WNOHANG) == 0 && clock_ns() < until) usleep(5000);
+        phase = 3;
+        exited_t = t;  // the detach grace below counts from here: their streams end now
+      }
     } else {
       if (server.open_connections() == 0) break;
       // Processes that outlive the command (daemons) are detached after a grace period.
@@ -381,6 +401,12 @@ int main(int argc, char** argv) {
     run.extra["stopped_by"] = WTERMSIG(child_status) == SIGKILL
                                   ? fmt::format("mlprof-run (SIGKILL {}: SIGTERM was ignored for 5 s)", why)
                                   : fmt::format("mlprof-run (SIGTERM {}, once the event streams were flushed)", why);
+  }
+  if (killed_below > 0) {
+    std::string& by = run.extra["stopped_by"];
+    const std::string what = fmt::format("{} process{} below the command ignored SIGTERM for 5 s and got SIGKILL",
+                                         killed_below, killed_below == 1 ? "" : "es");
+    by = by.empty() ? "mlprof-run (" + what + ")" : by + "; " + what;
   }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);

@@ -135,6 +135,28 @@ TEST(Behaviour, DurationStopsANeverEndingProgramAndKeepsItsProfile) {
   EXPECT_EQ(prof.profile.processes[0].end_reason, profile::EndReason::kStopped);
 }
 
+// --duration stops the whole tree: a prefork server's workers that ignore SIGTERM are killed 5 s
+// after it, like the command would be (they ran on after mlprof-run, reparented to init, burning
+// CPU until killed by hand).
+TEST(Behaviour, DurationStopsWorkersThatIgnoreSigterm) {
+  Profiled prof = profile_run({fixture("fixture_behave"), "prefork"}, {"--duration", "1"});
+  ASSERT_TRUE(prof.ok);
+  EXPECT_EQ(prof.result.exit_code, 128 + SIGTERM);  // the command's own end: SIGTERM
+  std::vector<pid_t> workers;
+  std::istringstream out(prof.result.out);
+  for (std::string word, pid; out >> word >> pid;)
+    if (word == "worker") workers.push_back(static_cast<pid_t>(std::stol(pid)));
+  ASSERT_EQ(workers.size(), 2u) << prof.result.out;
+  for (pid_t w : workers) {
+    EXPECT_EQ(kill(w, 0), -1) << "worker " << w << " still runs";
+    if (kill(w, 0) == 0) kill(w, SIGKILL);
+  }
+  EXPECT_EQ(prof.profile.processes.size(), 3u);
+  ASSERT_EQ(prof.profile.run.extra.count("stopped_by"), 1u);
+  EXPECT_NE(prof.profile.run.extra.at("stopped_by").find("2 processes below the command ignored SIGTERM for 5 s and got SIGKILL"),
+            std::string::npos) << prof.profile.run.extra.at("stopped_by");
+}
+
 TEST(Behaviour, SignalsSentToMlprofRunReachTheProgram) {
   // kill(mlprof-run, SIGTERM) from outside the terminal: mlprof-run passes it on, the program
   // handles it its own way (exit 7), and the profile is still written.
