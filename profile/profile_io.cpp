@@ -927,25 +927,27 @@ Status write_profile(const Profile& p, const std::string& path) {
                               path, v.error)};
   const std::vector<uint8_t> bytes = encode_profile(p);
   const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
-  auto fail = [&](const char* what, int fd) {
+  // What failed, on which of the two files (the temporary one, then the rename onto `path`).
+  auto fail = [&](const std::string& what, int fd) {
     const int err = errno;
     if (fd >= 0) close(fd);
     unlink(tmp.c_str());
-    return Status{fmt::format("cannot write profile {}: {} {}: {}", path, what, tmp, strerror(err))};
+    return Status{fmt::format("cannot write profile {}: {}: {}", path, what, strerror(err))};
   };
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail("cannot create", -1);
+  if (fd < 0) return fail("creating " + tmp, -1);
   for (size_t off = 0; off < bytes.size();) {
     ssize_t n = write(fd, bytes.data() + off, bytes.size() - off);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail("write failed on", fd);
+    if (n == 0) errno = EIO;
+    if (n <= 0) return fail("writing " + tmp, fd);
     off += static_cast<size_t>(n);
   }
   // No fsync: the rename already makes readers see the old file or the complete new one whatever
   // happens to the writing process; fsync would only add an OS-crash guarantee, at 20-50 ms per
   // profile (measured: most of mlprof-run's fixed cost on short runs).
-  if (close(fd) != 0) return fail("close failed on", -1);
-  if (rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot rename over the target", -1);
+  if (close(fd) != 0) return fail("closing " + tmp, -1);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return fail("renaming " + tmp + " to it", -1);
   return Status::Ok();
 }
 

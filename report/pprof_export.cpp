@@ -85,7 +85,8 @@ std::string pprof_unit(const std::string& unit) {
 
 class Encoder {
  public:
-  explicit Encoder(const Profile& p) : p_(p), profile_str_(p.strings.size(), -1) {
+  Encoder(const Profile& p, uint32_t default_metric)
+      : p_(p), default_metric_(default_metric), profile_str_(p.strings.size(), -1) {
     strings_.push_back("");
     string_ids_.emplace("", 0);
     loc_of_frame_.assign(p.frames.size(), 0);
@@ -111,8 +112,7 @@ class Encoder {
 
     if (p_.run.start_realtime_ns > 0) out.i64(field::kTimeNanos, p_.run.start_realtime_ns);
     if (p_.run.end_ns > p_.run.start_ns) out.i64(field::kDurationNanos, p_.run.end_ns - p_.run.start_ns);
-    uint32_t def = detail::pick_metric(p_, "");
-    const profile::MetricDesc& dm = p_.metrics[def];
+    const profile::MetricDesc& dm = p_.metrics[default_metric_];
     // The sampling period, in the default metric's unit, when that is a time and the rate known.
     if (p_.run.rate_hz > 0 && detail::is_time_unit(dm.unit)) {
       ProtoWriter vt;
@@ -333,6 +333,7 @@ class Encoder {
   }
 
   const Profile& p_;
+  uint32_t default_metric_;
   std::vector<std::string> strings_;
   std::unordered_map<std::string, int64_t> string_ids_;
   std::vector<int64_t> profile_str_;
@@ -378,15 +379,18 @@ Result<std::string> gzip(const std::string& in) {
 
 }  // namespace
 
-Result<std::string> pprof_proto(const Profile& p) {
+Result<std::string> pprof_proto(const Profile& p, const std::string& default_metric) {
   if (p.metrics.empty())
     return Error{"this profile has no metrics, so there is nothing to export; was it recorded by a "
                  "run that took no samples?"};
-  return Encoder(p).encode();
+  const uint32_t def = detail::pick_metric(p, default_metric);
+  if (def == profile::kNone)
+    return Error{fmt::format("this profile has no metric '{}' (it has: {})", default_metric, detail::metric_names(p))};
+  return Encoder(p, def).encode();
 }
 
-Result<std::string> export_pprof(const Profile& p) {
-  auto proto = pprof_proto(p);
+Result<std::string> export_pprof(const Profile& p, const std::string& default_metric) {
+  auto proto = pprof_proto(p, default_metric);
   if (!proto) return proto;
   return gzip(*proto);
 }

@@ -9,13 +9,14 @@
 
 namespace mlprof::report {
 
-// The uncompressed profile.proto message: one sample type per metric (default: cpu), one sample
-// per (thread, stack) with labels thread / tid / pid / process, a location per physical frame
-// with its inlined frames as extra lines (innermost first), a mapping per module.
-// Error: the profile has no metrics.
-Result<std::string> pprof_proto(const profile::Profile&);
+// The uncompressed profile.proto message: one sample type per metric (the default one, which
+// pprof shows first: `default_metric`, else cpu), one sample per (thread, stack) with labels
+// thread / tid / pid / process, a location per physical frame with its inlined frames as extra
+// lines (innermost first), a mapping per module.
+// Error: the profile has no metrics, or none named `default_metric`.
+Result<std::string> pprof_proto(const profile::Profile&, const std::string& default_metric = "");
 
 // pprof_proto, gzipped: what `mlprof export --format pprof` writes and `go tool pprof` reads.
-Result<std::string> export_pprof(const profile::Profile&);
+Result<std::string> export_pprof(const profile::Profile&, const std::string& default_metric = "");
 
 }  // namespace mlprof::report

@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -22,6 +24,7 @@
 #include "report/json_export.h"
 #include "report/pprof_export.h"
 #include "report/report.h"
+#include "tools/output_files.h"
 
 namespace {
 
@@ -32,10 +35,8 @@ bool write_text(const std::string& path, const std::string& text) {
     std::cout << text;
     return static_cast<bool>(std::cout);
   }
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  if (!f) {
-    fprintf(stderr, "mlprof: cannot write %s\n", path.c_str());
+  if (std::string err = tools::write_file(path, text); !err.empty()) {
+    fprintf(stderr, "mlprof: cannot write %s\n", err.c_str());
     return false;
   }
   return true;
@@ -152,6 +153,12 @@ int main(int argc, char** argv) {
   col->add_option("events", inputs, "Event files (.mlpw) or directories holding them")->required();
   col->add_option("-o,--output", out, "Profile file to write")->required();
 
+  // CLI11 says "A subcommand is required" of a mistyped one.
+  if (argc > 1 && argv[1][0] != '-' && strcmp(argv[1], "report") != 0 && strcmp(argv[1], "export") != 0 &&
+      strcmp(argv[1], "collect") != 0) {
+    fprintf(stderr, "mlprof: unknown subcommand '%s': use report, export or collect (mlprof --help)\n", argv[1]);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -162,6 +169,31 @@ int main(int argc, char** argv) {
   if (*col) {
     if (!getenv("MLPROF_DEBUGINFOD")) unsetenv("DEBUGINFOD_URLS");  // see mlprof_run.cpp
     return collect(inputs, out);
+  }
+
+  // Options that do not apply to the chosen format are refused, not ignored.
+  if (*exp) {
+    const bool metric_given = exp->get_option("--metric")->count() > 0;
+    if (metric_given && (format == "chrome-trace" || format == "json")) {
+      fprintf(stderr, "mlprof: --metric does not apply to --format %s (it carries every metric); it chooses the "
+                      "collapsed export's metric and the pprof export's default sample type\n", format.c_str());
+      return 2;
+    }
+    if ((by_process || by_thread) && format != "collapsed") {
+      fprintf(stderr, "mlprof: --by-process and --by-thread apply to --format collapsed only (%s keeps the "
+                      "processes and threads apart already)\n", format.c_str());
+      return 2;
+    }
+  }
+  // An output that cannot be written, or that is the profile being read, is refused before any work.
+  const std::string& target = *rep ? html : out;
+  if (!target.empty() && target != "-") {
+    std::string why = tools::output_problem(target);
+    if (why.empty() && tools::same_file(file, target)) why = "it is the profile being read (the output would replace it)";
+    if (!why.empty()) {
+      fprintf(stderr, "mlprof: cannot write %s: %s\n", target.c_str(), why.c_str());
+      return 2;
+    }
   }
 
   auto prof = load(file);
@@ -183,7 +215,7 @@ int main(int argc, char** argv) {
       fprintf(stderr, "mlprof: the pprof export is binary (gzip); write it to a file with -o FILE.pb.gz\n");
       return 2;
     }
-    auto data = report::export_pprof(*prof);
+    auto data = report::export_pprof(*prof, exp->get_option("--metric")->count() > 0 ? metric : "");
     if (!data) {
       fprintf(stderr, "mlprof: %s\n", data.error().c_str());
       return 2;
@@ -194,9 +226,10 @@ int main(int argc, char** argv) {
     bool to_stdout = out.empty() || out == "-";
     std::ofstream f;
     if (!to_stdout) {
+      errno = 0;
       f.open(out, std::ios::binary);
       if (!f) {
-        fprintf(stderr, "mlprof: cannot write %s\n", out.c_str());
+        fprintf(stderr, "mlprof: cannot write %s: %s\n", out.c_str(), errno ? strerror(errno) : "cannot open it");
         return 1;
       }
     }

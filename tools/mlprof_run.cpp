@@ -32,6 +32,7 @@
 #include "fmt/format.h"
 #include "profile/profile_io.h"
 #include "report/report.h"
+#include "tools/output_files.h"
 #include "tools/preload_variant.h"
 #include "tools/run_options.h"
 #include "tools/serving_resources.h"
@@ -43,12 +44,7 @@ namespace {
 
 using namespace mlprof;
 
-
-std::string dir_of(const std::string& path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
+using tools::dir_of;
 
 // The preload: MLPROF_PRELOAD_PATH, next to this executable (build tree), or ../lib/mlprof.
 std::string find_preload() {
@@ -89,20 +85,6 @@ std::string html_path_for(const std::string& profile) {
   std::string base = profile;
   if (base.size() > 7 && base.compare(base.size() - 7, 7, ".mlprof") == 0) base.resize(base.size() - 7);
   return base + ".html";
-}
-
-bool writable_dir(const std::string& file, std::string* why) {
-  std::string d = dir_of(file);
-  struct stat st;
-  if (stat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    *why = fmt::format("directory {} does not exist", d);
-    return false;
-  }
-  if (access(d.c_str(), W_OK) != 0) {
-    *why = fmt::format("directory {} is not writable", d);
-    return false;
-  }
-  return true;
 }
 
 struct Child {
@@ -192,8 +174,12 @@ int main(int argc, char** argv) {
   if (!tools::parse_run_options(argc, argv, &o, &code)) return code;
   if (o.output.empty()) o.output = default_output(o.command);
   if (!o.no_html && o.html.empty()) o.html = html_path_for(o.output);
-  std::string why;
-  if (!writable_dir(o.output, &why) || (!o.no_html && !writable_dir(o.html, &why))) {
+  // Checked before the command runs: a run's whole profile must not be lost at its end.
+  std::string why = tools::output_problem(o.output);
+  if (why.empty() && !o.no_html) why = tools::output_problem(o.html);
+  if (why.empty() && !o.no_html && tools::same_file(o.output, o.html))
+    why = fmt::format("-o and --html both name {}: the report would replace the profile", o.output);
+  if (!why.empty()) {
     fprintf(stderr, "mlprof-run: cannot write the output: %s\n", why.c_str());
     return 2;
   }
@@ -432,21 +418,31 @@ int main(int argc, char** argv) {
   for (auto& w : server_warnings) prof.warnings.push_back(w);
   prof.run.extra["postprocess_ms"] = fmt::format("{}", (clock_ns() - build_start) / 1000000);
 
+  // A write that fails after all (a full disk, a path changed during the run) is said last, after
+  // the summary, and nothing is said written that was not.
+  std::string write_error;
+  bool profile_written = false, html_written = false;
   if (Status st = profile::write_profile(prof, o.output); !st.ok()) {
-    fprintf(stderr, "mlprof-run: %s\n", st.error.c_str());
-  } else if (!o.no_html) {
-    std::ofstream f(o.html, std::ios::binary);
-    f << report::html_report(prof);
-    if (!f) fprintf(stderr, "mlprof-run: cannot write %s\n", o.html.c_str());
+    write_error = st.error + "; this run's profile is lost" +
+                  (o.quiet ? std::string() : " (the summary above is all that is left of it)");
+  } else {
+    profile_written = true;
+    if (!o.no_html) {
+      write_error = tools::write_file(o.html, report::html_report(prof));
+      html_written = write_error.empty();
+      if (!html_written) write_error = "cannot write the HTML report " + write_error;
+    }
   }
   if (!o.quiet) {
     report::SummaryOptions so;
     so.top = 10;
     so.color = isatty(STDERR_FILENO);
     fprintf(stderr, "%s", report::text_summary(prof, so).c_str());
-    fprintf(stderr, "mlprof: profile written to %s%s%s\n", o.output.c_str(), o.no_html ? "" : ", report to ",
-            o.no_html ? "" : o.html.c_str());
+    if (profile_written)
+      fprintf(stderr, "mlprof: profile written to %s%s%s\n", o.output.c_str(), html_written ? ", report to " : "",
+              html_written ? o.html.c_str() : "");
   }
+  if (!write_error.empty()) fprintf(stderr, "mlprof-run: %s\n", write_error.c_str());
   if (session) {
     curl_global_cleanup();
     return serving_rc;

@@ -214,6 +214,11 @@ TEST(BadInput, OptionsAreValidatedBeforeTheCommandRuns) {
       {{"-Z", "/bin/true"}, "unknown option '-Z'"},
       {{"--unwinder", "magic", "--", "/bin/true"}, "unwinder"},
       {{"-o", "/nonexistent-dir/x.mlprof", "--", "/bin/true"}, "does not exist"},
+      // The whole run's profile would be lost at its end (it was, with "profile written" said).
+      {{"-o", "/tmp", "--", "/bin/true"}, "/tmp is a directory, not a file"},
+      {{"--html", "/tmp", "--", "/bin/true"}, "/tmp is a directory, not a file"},
+      {{"-o", "/tmp/mlprof-same-out", "--html", "/tmp/../tmp/mlprof-same-out", "--", "/bin/true"},
+       "-o and --html both name /tmp/mlprof-same-out"},
       {{}, "no command"},
   };
   for (auto& c : cases) {

@@ -121,8 +121,44 @@ TEST_F(Exports, ModulesAndPprofMappingsCarryBuildIds) {
 TEST_F(Exports, PprofToAnUnwritablePathFails) {
   ASSERT_TRUE(run_->ok);
   RunResult r = run({MLPROF_CLI, "export", run_->path, "--format", "pprof", "-o", "/nonexistent-dir/x.pb.gz"});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("cannot write /nonexistent-dir/x.pb.gz"), std::string::npos) << r.err;
+  EXPECT_EQ(r.exit_code, 2);  // refused before any work, as a bad option
+  EXPECT_NE(r.err.find("cannot write /nonexistent-dir/x.pb.gz: directory /nonexistent-dir does not exist"),
+            std::string::npos) << r.err;
+}
+
+// An output that would replace the profile being read, a directory, options that do not apply to
+// the format and a mistyped subcommand are refused (exit 2) and the input stays whole.
+TEST_F(Exports, OutputsAndOptionsThatCannotWorkAreRefused) {
+  ASSERT_TRUE(run_->ok);
+  const std::string dir = scratch();
+  const std::string in = dir + "/in.mlprof";
+  ASSERT_EQ(run({"/bin/cp", run_->path, in}).exit_code, 0);
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  } cases[] = {
+      {{"export", in, "--format", "collapsed", "-o", in}, "it is the profile being read"},
+      {{"export", in, "--format", "json", "-o", dir + "/../" + dir.substr(dir.rfind('/') + 1) + "/in.mlprof"},
+       "it is the profile being read"},
+      {{"report", in, "--html", in}, "it is the profile being read"},
+      {{"report", in, "--html", dir}, "is a directory, not a file"},
+      {{"export", in, "--format", "json", "--metric", "cpu"}, "--metric does not apply to --format json"},
+      {{"export", in, "--format", "chrome-trace", "--metric", "cpu"}, "--metric does not apply to --format chrome-trace"},
+      {{"export", in, "--format", "pprof", "--by-thread", "-o", dir + "/x.pb.gz"}, "apply to --format collapsed only"},
+      {{"frob", in}, "unknown subcommand 'frob'"},
+  };
+  for (auto& c : cases) {
+    std::vector<std::string> argv = {MLPROF_CLI};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    RunResult r = run(argv);
+    EXPECT_EQ(r.exit_code, 2) << c.expect;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << "stderr: " << r.err;
+  }
+  EXPECT_TRUE(profile::read_profile(in)) << "the input was damaged";
+  // --metric chooses pprof's default sample type; one the profile lacks is named.
+  RunResult bad = run({MLPROF_CLI, "export", in, "--format", "pprof", "--metric", "nosuch", "-o", dir + "/x.pb.gz"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("no metric 'nosuch'"), std::string::npos) << bad.err;
 }
 
 TEST_F(Exports, ChromeTraceHasTheThreadTrackAndItsSamples) {

@@ -365,6 +365,19 @@ std::string pprof_stack(const PProfile& p, const PSample& s) {
 
 // ---- tests ----------------------------------------------------------------------------------
 
+// `mlprof export --format pprof --metric M`: M is the default sample type (what pprof shows first);
+// a metric the profile lacks is an error that names the ones it has.
+TEST(PprofExport, TheDefaultSampleTypeCanBeChosen) {
+  Profile prof = make_report_profile();
+  auto raw = pprof_proto(prof, "alloc");
+  ASSERT_TRUE(raw) << raw.error();
+  PProfile p = decode(*raw);
+  EXPECT_EQ(p.s(p.default_sample_type), "alloc");
+  auto none = pprof_proto(prof, "nosuch");
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().find("no metric 'nosuch' (it has: cpu, alloc"), std::string::npos) << none.error();
+}
+
 TEST(PprofExport, SampleTypesFollowTheMetrics) {
   Profile prof = make_report_profile();
   PProfile p = exported(prof);
