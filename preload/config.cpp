@@ -31,11 +31,15 @@ void load_config(Config& cfg, void (*report)(const char* msg)) {
     report(buf[nbuf++]);
   };
 
-  const char* quiet = getenv("MLPROF_QUIET");
-  cfg.quiet = quiet && strcmp(quiet, "1") == 0;
-
-  const char* disable = getenv("MLPROF_DISABLE");
-  if (disable && strcmp(disable, "1") == 0) return;
+  // 1 or 0 (or unset, or empty); anything else is said, and taken as 0.
+  auto flag = [&](const char* name) {
+    const char* v = getenv(name);
+    if (v && *v && strcmp(v, "1") != 0 && strcmp(v, "0") != 0)
+      complain("%s=%s is not 1 or 0; taken as 0", name, v);
+    return v && strcmp(v, "1") == 0;
+  };
+  cfg.quiet = flag("MLPROF_QUIET");
+  if (flag("MLPROF_DISABLE")) return;
 
   const char* sock = getenv("MLPROF_SOCKET");
   const char* dir = getenv("MLPROF_OUTPUT_DIR");

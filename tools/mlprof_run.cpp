@@ -33,6 +33,7 @@
 #include "profile/profile_io.h"
 #include "report/report.h"
 #include "tools/output_files.h"
+#include "tools/preload_reach.h"
 #include "tools/preload_variant.h"
 #include "tools/run_options.h"
 #include "tools/serving_resources.h"
@@ -85,6 +86,23 @@ std::string html_path_for(const std::string& profile) {
   std::string base = profile;
   if (base.size() > 7 && base.compare(base.size() - 7, 7, ".mlprof") == 0) base.resize(base.size() - 7);
   return base + ".html";
+}
+
+// Why a run profiled no process at all: the preload never reported from the command.
+std::string nothing_profiled(const std::string& command) {
+  if (const char* d = getenv("MLPROF_DISABLE"); d && strcmp(d, "1") == 0)
+    return "no process was profiled: MLPROF_DISABLE=1 is set in the environment, which turns mlprof's preload off; "
+           "unset it";
+  const std::string exe = tools::resolve_command(command);
+  const std::string why = tools::preload_blocker(exe);
+  if (!why.empty())
+    return fmt::format(
+        "no process was profiled: {} is {}, and the loader ignores LD_PRELOAD for such a program (a statically "
+        "linked one has no loader; a set-id one runs in secure mode), so mlprof's preload never ran in it; profile "
+        "a dynamically linked build{}",
+        exe, why, why == "statically linked" ? "" : ", or a copy without the set-id bit");
+  return "no process was profiled: mlprof's preload never reported from the command (a statically linked or "
+         "set-id program it ran, or one that removed LD_PRELOAD from its environment before running its work)";
 }
 
 struct Child {
@@ -184,6 +202,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool serving = o.serving.enabled();
+  if (const char* d = getenv("MLPROF_DISABLE"); d && strcmp(d, "1") == 0 && !o.quiet)
+    fprintf(stderr, "mlprof-run: MLPROF_DISABLE=1 is set: mlprof's preload stays off in the command, so nothing "
+                    "will be profiled (unset it)\n");
   std::vector<std::string> bodies;
   if (serving) {
     if (!tools::read_request_bodies(o.serving.requests, &bodies, &why)) {
@@ -416,6 +437,7 @@ int main(int argc, char** argv) {
   profile::Profile prof = collector::build_profile(streams, run, build_opts);
   const int serving_rc = session ? session->finish(prof) : 0;
   for (auto& w : server_warnings) prof.warnings.push_back(w);
+  if (prof.processes.empty() && !o.command.empty()) prof.warnings.push_back(nothing_profiled(o.command[0]));
   prof.run.extra["postprocess_ms"] = fmt::format("{}", (clock_ns() - build_start) / 1000000);
 
   // A write that fails after all (a full disk, a path changed during the run) is said last, after

@@ -230,6 +230,30 @@ TEST(BadInput, OptionsAreValidatedBeforeTheCommandRuns) {
   }
 }
 
+// A run that profiled no process says why: a statically linked program (no loader to preload
+// with), MLPROF_DISABLE=1. It said "Processes: 0" and "profile written", nothing more.
+TEST(BadInput, ARunThatProfiledNothingSaysWhy) {
+  Profiled st = profile_run({fixture("fixture_behave_static"), "output", "20"});
+  ASSERT_TRUE(st.ok);
+  EXPECT_EQ(st.result.exit_code, 3);  // the program ran as it does alone
+  EXPECT_TRUE(st.profile.processes.empty());
+  std::string all;
+  for (auto& w : st.profile.warnings) all += w + "\n";
+  EXPECT_NE(all.find("fixture_behave_static is statically linked, and the loader ignores LD_PRELOAD"),
+            std::string::npos) << all;
+  Profiled off = profile_run({fixture("fixture_behave"), "output", "20"}, {}, {"MLPROF_DISABLE=1"});
+  ASSERT_TRUE(off.ok);
+  all.clear();
+  for (auto& w : off.profile.warnings) all += w + "\n";
+  EXPECT_NE(all.find("MLPROF_DISABLE=1 is set in the environment"), std::string::npos) << all;
+  // A value that is neither 1 nor 0 is said, not silently taken.
+  std::string dir = scratch();
+  RunResult r = run({MLPROF_RUN, "-o", dir + "/x.mlprof", "--no-html", "--", fixture("fixture_behave"), "output", "20"},
+                    {"MLPROF_DISABLE=yes"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("MLPROF_DISABLE=yes is not 1 or 0; taken as 0"), std::string::npos) << r.err;
+}
+
 TEST(BadInput, MissingCommandIs127WithAMessage) {
   std::string dir = scratch();
   RunResult r = run({MLPROF_RUN, "-q", "-o", dir + "/x.mlprof", "--", "/no/such/program"});
