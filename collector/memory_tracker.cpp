@@ -182,6 +182,10 @@ void MemoryTracker::alloc(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_
     max_heap_ = heap_;
     max_heap_t_ = t_ns;
   }
+  if (heap_ > between_heap_) {
+    between_heap_ = heap_;
+    between_t_ = t_ns;
+  }
 }
 
 void MemoryTracker::free(uint64_t id, int64_t t_ns) {
@@ -207,8 +211,25 @@ void MemoryTracker::copy(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_t
   if (window_ && window_->contains(t_ns)) site.win_copy_bytes += w;
 }
 
-void MemoryTracker::usage(int64_t t_ns, int64_t rss_bytes) {
+void MemoryTracker::usage(int64_t t_ns, int64_t rss_bytes, int64_t hwm_bytes) {
   active_ = true;
+  // Peaks between two records (they are 80-100 ms apart): the heap's (exact from the events) and
+  // the RSS's (the kernel's high-water mark; when it peaked is not known: halfway, or at the
+  // heap's peak, the likelier cause, when the heap peaked in between too).
+  const int64_t prev_t = timeline_.empty() ? INT64_MIN : timeline_.back().t_ns;
+  const int64_t prev_heap = timeline_.empty() ? 0 : timeline_.back().heap_bytes;
+  const bool heap_peak = between_heap_ > std::max(heap_, prev_heap) && between_t_ > prev_t && between_t_ < t_ns;
+  const bool rss_peak = hwm_bytes > std::max(max_rss_, rss_bytes);
+  if (heap_peak || rss_peak) {
+    const int64_t t = heap_peak ? between_t_ : prev_t == INT64_MIN ? t_ns - 1 : prev_t + (t_ns - prev_t) / 2;
+    timeline_.push_back({t, rss_peak ? hwm_bytes : -1, heap_peak ? between_heap_ : std::max(heap_, prev_heap)});
+    if (rss_peak) {
+      max_rss_ = hwm_bytes;
+      max_rss_t_ = t;
+    }
+  }
+  between_heap_ = heap_;
+  between_t_ = t_ns;
   timeline_.push_back({t_ns, rss_bytes, heap_});
   if (rss_bytes > max_rss_) {
     max_rss_ = rss_bytes;

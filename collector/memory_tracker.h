@@ -98,7 +98,10 @@ class MemoryTracker {
   void alloc(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_t id, uint64_t size, uint64_t weight);
   void free(uint64_t id, int64_t t_ns);
   void copy(uint32_t thread, uint64_t stack, int64_t t_ns, uint64_t weight);
-  void usage(int64_t t_ns, int64_t rss_bytes);
+  // A MEM_USAGE record: the RSS now, and the kernel's high-water mark (0: unknown). The timeline
+  // gets a point for it, preceded by one for a peak between this record and the previous one (of
+  // the heap: its highest value since; of the RSS: a high-water mark above every RSS seen).
+  void usage(int64_t t_ns, int64_t rss_bytes, int64_t hwm_bytes = 0);
   // Also sum allocations and frees inside `w` per site (MemSite::win_*); w outlives the tracker.
   void set_window(const MemWindow* w) { window_ = w; }
 
@@ -177,6 +180,7 @@ class MemoryTracker {
   std::vector<MemTimelinePoint> timeline_;
   int64_t heap_ = 0, max_heap_ = 0, max_heap_t_ = 0, snap_heap_ = 0;
   int64_t max_rss_ = 0, max_rss_t_ = 0;
+  int64_t between_heap_ = 0, between_t_ = 0;  // the heap's highest since the last usage record
   uint32_t epoch_ = 0;
 };
 

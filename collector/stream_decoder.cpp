@@ -294,7 +294,10 @@ bool StreamDecoder::record(uint8_t type, const uint8_t* p, size_t n) {
     case wire::Record::kMemUsage: {
       int64_t t = static_cast<int64_t>(r.u());
       uint64_t rss = r.u();
-      if (!r.bad) s_.memory.usage(t, static_cast<int64_t>(std::min<uint64_t>(rss, INT64_MAX)));
+      const uint64_t hwm = r.left() ? r.u() : 0;  // 1.4
+      if (!r.bad)
+        s_.memory.usage(t, static_cast<int64_t>(std::min<uint64_t>(rss, INT64_MAX)),
+                        static_cast<int64_t>(std::min<uint64_t>(hwm, INT64_MAX)));
       break;
     }
     case wire::Record::kGpuConfig: {

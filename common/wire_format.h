@@ -15,7 +15,7 @@ namespace mlprof::wire {
 
 inline constexpr char kMagic[4] = {'M', 'L', 'P', 'W'};
 inline constexpr uint8_t kMajor = 1;
-inline constexpr uint8_t kMinor = 3;  // 1.1: Python records and frames; 1.2: memory records; 1.3: GPU
+inline constexpr uint8_t kMinor = 4;  // 1.1: Python records and frames; 1.2: memory records; 1.3: GPU; 1.4: MEM_USAGE hwm_bytes
 inline constexpr unsigned kHeaderSize = 8;
 
 enum class Record : uint8_t {

@@ -65,6 +65,7 @@ class Writer : private WallSink {
   void drain_mem(Ring& ring);
   void send_mem_config();
   void send_mem_usage(int64_t now);
+  uint64_t rss_high_water();
   void check_memory(int64_t now, bool final);
   // GPU profiling (preload/gpu.h): defined in gpu_writer.cpp.
   void drain_gpu(int64_t now);
@@ -157,6 +158,8 @@ class Writer : private WallSink {
   int64_t last_usage_ns_ = 0;
   int statm_fd_ = -1;
   FdId statm_id_;  // what statm_fd_ names (preload/owned_fd.h)
+  int status_fd_ = -1;  // /proc/self/status: VmHWM, the RSS peak between two statm reads
+  FdId status_id_;
   bool mem_python_sent_ = false;  // MEM_CONFIG with kMemPythonAllocator went out on this stream
   uint64_t mem_samples_ = 0, mem_frees_ = 0, copy_samples_ = 0;
 

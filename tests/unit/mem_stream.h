@@ -101,10 +101,12 @@ class MemStream {
     e_.end();
     last_ = t;
   }
-  void usage(int64_t t, uint64_t rss) {
+  // hwm < 0: a 1.3 record, without the high-water mark.
+  void usage(int64_t t, uint64_t rss, int64_t hwm = -1) {
     e_.begin(wire::Record::kMemUsage);
     e_.u(static_cast<uint64_t>(t));
     e_.u(rss);
+    if (hwm >= 0) e_.u(static_cast<uint64_t>(hwm));
     e_.end();
   }
   void counters(std::vector<std::pair<wire::Counter, uint64_t>> kv) {

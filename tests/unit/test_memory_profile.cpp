@@ -146,6 +146,46 @@ TEST(MemoryProfile, ProcessMemoryAndCounters) {
   EXPECT_EQ(c.at("mem_table_full"), 0u);
 }
 
+// Peaks between two MEM_USAGE records (80-100 ms apart) are not lost: a block held 10 ms between
+// them puts a point on the timeline at the heap's peak, and the kernel's RSS high-water mark
+// (1.4's third field) is the peak RSS, at that moment. It was read as the highest polled RSS
+// (154-204 MiB for a 200 MiB block held 20 ms) and the timeline's heap missed the peak.
+TEST(MemoryProfile, PeaksBetweenUsageRecordsReachTheTimeline) {
+  MemStream m(100, 1);
+  m.stack(1, "spike", "/src/app.py", 10);
+  m.usage(T0, 10 << 20, 10 << 20);
+  m.alloc(1, T0 + 30 * kMs, 1, 200 << 20, 200 << 20);
+  m.free(T0 + 40 * kMs, 1);
+  m.usage(T0 + 80 * kMs, 11 << 20, 212 << 20);
+  m.usage(T0 + 160 * kMs, 11 << 20, 212 << 20);  // the same high-water mark: no new peak
+  m.end(T0 + 170 * kMs, wire::EndReason::kExit);
+  Profile p = testing::build({&m});
+  ASSERT_EQ(p.memory.size(), 1u);
+  const auto& pm = p.memory[0];
+  EXPECT_EQ(pm.peak_rss_bytes, 212 << 20);
+  EXPECT_EQ(pm.peak_rss_t_ns, T0 + 30 * kMs);
+  EXPECT_EQ(pm.peak_heap_bytes, 200 << 20);
+  ASSERT_EQ(pm.timeline.size(), 4u);
+  EXPECT_EQ(pm.timeline[1].t_ns, T0 + 30 * kMs);
+  EXPECT_EQ(pm.timeline[1].heap_bytes, 200 << 20);
+  EXPECT_EQ(pm.timeline[1].rss_bytes, 212 << 20);
+  EXPECT_EQ(pm.timeline[2].rss_bytes, 11 << 20);
+  EXPECT_EQ(pm.timeline[2].heap_bytes, 0);
+  // A 1.3 stream (no high-water mark): the heap's peak still shows, the RSS is the polled one.
+  MemStream old(100, 1);
+  old.stack(1, "spike", "/src/app.py", 10);
+  old.usage(T0, 10 << 20);
+  old.alloc(1, T0 + 30 * kMs, 1, 200 << 20, 200 << 20);
+  old.free(T0 + 40 * kMs, 1);
+  old.usage(T0 + 80 * kMs, 11 << 20);
+  old.end(T0 + 90 * kMs, wire::EndReason::kExit);
+  Profile q = testing::build({&old});
+  EXPECT_EQ(q.memory.at(0).peak_rss_bytes, 11 << 20);
+  ASSERT_EQ(q.memory.at(0).timeline.size(), 3u);
+  EXPECT_EQ(q.memory.at(0).timeline[1].heap_bytes, 200 << 20);
+  EXPECT_EQ(q.memory.at(0).timeline[1].rss_bytes, -1);
+}
+
 // Memory events the preload lost (kMemDropped) are said in the process's messages (the summary's,
 // the HTML's and the JSON's warnings): every byte figure is low by their share.
 TEST(MemoryProfile, LostMemoryEventsAreSaid) {

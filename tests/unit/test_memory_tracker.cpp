@@ -333,10 +333,14 @@ TEST(MemoryDecoder, ReadsEveryMemoryRecord) {
   EXPECT_EQ(t.peak_heap_bytes(), 4096 + 8192);
   EXPECT_EQ(t.peak_heap_t_ns(), t0 + 500) << "times follow the delta chain from the process start";
   EXPECT_EQ(t.pending_frees(), 0u);
-  ASSERT_EQ(t.timeline().size(), 1u);
-  EXPECT_EQ(t.timeline()[0].t_ns, t0 + 100'000'000);
-  EXPECT_EQ(t.timeline()[0].rss_bytes, 3 << 20);
-  EXPECT_EQ(t.timeline()[0].heap_bytes, 8192);
+  // The heap's peak (before the first MEM_USAGE) gets its own point, without an RSS.
+  ASSERT_EQ(t.timeline().size(), 2u);
+  EXPECT_EQ(t.timeline()[0].t_ns, t0 + 500);
+  EXPECT_EQ(t.timeline()[0].rss_bytes, -1);
+  EXPECT_EQ(t.timeline()[0].heap_bytes, 4096 + 8192);
+  EXPECT_EQ(t.timeline()[1].t_ns, t0 + 100'000'000);
+  EXPECT_EQ(t.timeline()[1].rss_bytes, 3 << 20);
+  EXPECT_EQ(t.timeline()[1].heap_bytes, 8192);
   // Sites per thread: the main thread and thread 101 (index 1).
   std::map<uint32_t, const MemSite*> by_thread;
   for (const auto& site : t.sites()) by_thread[site.thread] = &site;

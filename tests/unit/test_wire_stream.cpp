@@ -548,14 +548,14 @@ TEST(WireStreamErrors, NewerMajorVersion) {
   StreamDecoder d;
   EXPECT_FALSE(d.feed(b.data(), b.size()));
   EXPECT_EQ(d.error(),
-            "event stream version 2.5 is not supported by this collector (version 1.3); use the mlprof-run and preload "
+            "event stream version 2.5 is not supported by this collector (version 1.4); use the mlprof-run and preload "
             "of the same release");
   EXPECT_FALSE(d.stream().started);
   StreamDecoder older;
   Bytes zero = header(0, 9);
   EXPECT_FALSE(older.feed(zero.data(), zero.size()));
   EXPECT_EQ(older.error(),
-            "event stream version 0.9 is not supported by this collector (version 1.3); use the mlprof-run and preload "
+            "event stream version 0.9 is not supported by this collector (version 1.4); use the mlprof-run and preload "
             "of the same release");
 }
 
@@ -754,7 +754,7 @@ TEST(WireStream, WorkedExampleOfTheSpec) {
   e.s(0);  // exit status 0
   e.end();
   const std::string expected =
-      "4d 4c 50 57 01 03 00 00 "
+      "4d 4c 50 57 01 04 00 00 "
       "01 19 e8 07 01 00 80 a8 d6 b9 07 80 ad e2 04 00 06 2f 62 69 6e 2f 61 01 01 61 00 "
       "02 21 01 80 80 80 80 80 e0 1f 06 2f 62 69 6e 2f 61 02 be ef 01 80 a0 80 80 80 e0 1f 80 c0 80 80 80 e0 1f "
       "04 09 e8 07 e4 a8 d6 b9 07 01 61 "
