@@ -131,6 +131,7 @@ class Builder {
     proc.exit_status = s.ended && s.end_reason == wire::EndReason::kExit ? s.exit_status : -1;
     for (auto& [k, v] : s.counters)
       if (const char* name = counter_name(k)) proc.counters[name] = v;
+    if (!s.ended && s.closed_while_running) proc.counters["closed_while_running"] = 1;
     proc.messages = s.messages;
     if (!s.error.empty()) proc.messages.push_back("event stream: " + s.error);
     // Memory events the preload could not queue (its ring stayed full past the wait): said, since
@@ -668,7 +669,16 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
     for (auto& [name, unit] : kGpuMetricNames) p.metrics.push_back({name, unit});
   // The clock that sampled: the main threads' (every process tells in its start record).
   bool any_perf = false, any_timer = false;
-  for (auto& s : streams) (s.timer_kind == static_cast<uint8_t>(wire::TimerKind::kPerfTaskClock) ? any_perf : any_timer) = true;
+  for (auto& s : streams) {
+    (s.timer_kind == static_cast<uint8_t>(wire::TimerKind::kPerfTaskClock) ? any_perf : any_timer) = true;
+    // Threads the preload moved to the other clock later (many short threads: perf events).
+    auto threads_on = [&](wire::Counter c) {
+      auto it = s.counters.find(c);
+      return it != s.counters.end() && it->second > 0;
+    };
+    any_perf = any_perf || threads_on(wire::Counter::kPerfThreads);
+    any_timer = any_timer || threads_on(wire::Counter::kPosixTimerThreads);
+  }
   if (!streams.empty())
     p.run.timer = any_perf && any_timer ? "mixed" : any_perf ? "perf-task-clock" : "thread-cpu-timer";
   // Processes in start order, so indexes read naturally (parent before child).
@@ -697,9 +707,15 @@ Profile build_profile(std::vector<ProcessStream>& streams, const profile::RunInf
     if (proc.end_reason == profile::EndReason::kTruncated && opts.stopped_pids.count(proc.pid))
       proc.end_reason = profile::EndReason::kStopped;  // on purpose, after a flush: not a crash
     if (proc.end_reason == profile::EndReason::kTruncated)
-      p.warnings.push_back(fmt::format("process {} ({}) ended without a clean end of its event stream (killed or crashed): "
-                                       "its profile holds what was collected until then",
-                                       proc.pid, proc.argv.empty() ? proc.exe : proc.argv[0]));
+      p.warnings.push_back(
+          get("closed_while_running")
+              ? fmt::format("process {} ({}) closed mlprof's connection while it ran (it closes descriptors it did "
+                            "not open, as a daemon's close-all loop does): its profile holds what was collected "
+                            "until then",
+                            proc.pid, proc.argv.empty() ? proc.exe : proc.argv[0])
+              : fmt::format("process {} ({}) ended without a clean end of its event stream (killed or crashed): "
+                            "its profile holds what was collected until then",
+                            proc.pid, proc.argv.empty() ? proc.exe : proc.argv[0]));
     // Short-lived threads on POSIX CPU-time timers only (perf events not allowed, or MLPROF_TIMER=timer):
     // the tick-driven timer sees a fraction of their CPU (docs/how-it-works.md, Clocks). 32: the
     // number after which the preload would have switched (ThreadRegistry::kShortThreadsToSwitch).

@@ -7,12 +7,38 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "fmt/format.h"
 
 namespace mlprof::collector {
+
+namespace {
+
+// Whether process `pid` still runs and is not exiting: /proc/PID/stat's state is not a zombie's
+// and its flags lack PF_EXITING (set as do_exit starts, before the process's descriptors close,
+// so a killed or crashing process whose connection just closed reads as exiting).
+bool process_running(uint32_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  FILE* f = fopen(path, "re");
+  if (!f) return false;
+  char buf[1024];
+  const size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* close_paren = strrchr(buf, ')');  // the command name may hold anything
+  if (!close_paren) return false;
+  char state = 0;
+  unsigned long long flags = 0;
+  if (sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %llu", &state, &flags) != 2) return false;
+  constexpr unsigned long long kPfExiting = 0x4;
+  return state != 'Z' && state != 'X' && state != 'x' && (flags & kPfExiting) == 0;
+}
+
+}  // namespace
 
 Server::~Server() { shutdown(); }
 
@@ -89,6 +115,8 @@ bool Server::poll_once(int timeout_ms, int extra_fd) {
     short ev = fds[i + 1].revents;
     if (ev && !read_conn(*conns_[i])) {
       close(conns_[i]->fd);
+      ProcessStream& st = conns_[i]->decoder.stream();
+      if (st.started && !st.ended) st.closed_while_running = process_running(st.pid);
       conns_[i]->decoder.finish();
       done_.push_back(std::move(conns_[i]));
       conns_.erase(conns_.begin() + static_cast<ptrdiff_t>(i));

@@ -88,6 +88,9 @@ struct ProcessStream {
   std::map<wire::Counter, uint64_t> counters;
   std::vector<std::string> messages;
   bool ended = false;  // PROCESS_END seen (clean end)
+  // Without a PROCESS_END, the connection closed while the process still ran (not exiting): it
+  // closed mlprof's descriptor (Server::poll_once looks when the connection closes).
+  bool closed_while_running = false;
   wire::EndReason end_reason = wire::EndReason::kExit;
   int64_t end_ns = 0;
   int32_t exit_status = -1;

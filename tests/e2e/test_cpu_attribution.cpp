@@ -191,6 +191,7 @@ TEST(CpuAttribution, ThreadsShorterThanASamplingPeriodAreCounted) {
   if (counter_sum(p, "perf_threads") == 0)
     GTEST_SKIP() << "perf events not permitted here: short threads stay on POSIX timers (see PosixTimersStartAtARandomPhase)";
   EXPECT_GE(counter_sum(p, "perf_threads"), 800 - 32 - 8) << "the switch to perf events after 32 short threads";
+  EXPECT_EQ(p.run.timer, "mixed") << "the threads moved to perf events are said (it read thread-cpu-timer)";
   const auto truth = short_long_truth(run.result.out);
   const double shorts = static_cast<double>(function_self(p, "short_thread_work"));
   const double longs = static_cast<double>(function_self(p, "long_thread_work"));
