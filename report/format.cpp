@@ -215,9 +215,12 @@ std::vector<int64_t> thread_totals(const Profile& prof, uint32_t metric) {
 }
 
 std::vector<int64_t> thread_sample_counts(const Profile& prof) {
+  // Samples taken (one event per signal), as the processes' count (`samples`): not the events'
+  // weights (the ticks a POSIX timer's sample stands for), which made a one-thread process's row
+  // read 30 against its process's 25.
   std::vector<int64_t> out(prof.threads.size(), 0);
   for (const auto& s : prof.samples)
-    if (s.thread < out.size()) out[s.thread] += s.weight;
+    if (s.thread < out.size()) ++out[s.thread];
   return out;
 }
 

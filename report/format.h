@@ -49,7 +49,7 @@ std::string metric_names(const profile::Profile&);  // "cpu, alloc-bytes"
 int64_t at(const std::vector<int64_t>& values, uint32_t i);  // 0 when out of range
 // Sum of the metric over all stack values: the grand total that percentages refer to.
 int64_t metric_total(const profile::Profile&, uint32_t metric);
-// Per thread index / per process index: sum of the metric, and of sample-event weights.
+// Per thread index / per process index: sum of the metric; per thread, sample events (signals).
 std::vector<int64_t> thread_totals(const profile::Profile&, uint32_t metric);
 std::vector<int64_t> thread_sample_counts(const profile::Profile&);
 std::vector<int64_t> process_totals(const profile::Profile&, uint32_t metric);

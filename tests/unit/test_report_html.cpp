@@ -144,7 +144,7 @@ TEST(ReportHtml, EmbeddedJsonHoldsTheNumbers) {
   EXPECT_EQ(d["processes"][0]["values"], nlohmann::json({70000, 4096}));
   ASSERT_EQ(d["threads"].size(), 3u);
   EXPECT_EQ(d["threads"][1]["tid"], 101);
-  EXPECT_EQ(d["threads"][1]["samples"], 2);
+  EXPECT_EQ(d["threads"][1]["samples"], 1);  // one sample event (of weight 2: two ticks)
   EXPECT_EQ(d["threads"][1]["values"], nlohmann::json({20000, 4096}));
   EXPECT_EQ(d["warnings"].size(), 2u);
 }
