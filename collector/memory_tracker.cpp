@@ -218,15 +218,23 @@ void MemoryTracker::usage(int64_t t_ns, int64_t rss_bytes, int64_t hwm_bytes) {
   // heap's peak, the likelier cause, when the heap peaked in between too).
   const int64_t prev_t = timeline_.empty() ? INT64_MIN : timeline_.back().t_ns;
   const int64_t prev_heap = timeline_.empty() ? 0 : timeline_.back().heap_bytes;
-  const bool heap_peak = between_heap_ > std::max(heap_, prev_heap) && between_t_ > prev_t && between_t_ < t_ns;
-  const bool rss_peak = hwm_bytes > std::max(max_rss_, rss_bytes);
+  const bool heap_peak = between_heap_ > std::max(heap_, prev_heap);
+  // The high-water mark is the peak RSS whatever the margin; a point of its own only for a peak
+  // worth seeing (most processes' first record finds VmHWM a little above the RSS: start-up).
+  const int64_t seen = std::max(max_rss_, rss_bytes);
+  const bool rss_higher = hwm_bytes > seen;
+  const bool rss_peak = rss_higher && hwm_bytes - seen >= std::max<int64_t>(int64_t{1} << 20, seen / 50);
+  int64_t t = t_ns;
   if (heap_peak || rss_peak) {
-    const int64_t t = heap_peak ? between_t_ : prev_t == INT64_MIN ? t_ns - 1 : prev_t + (t_ns - prev_t) / 2;
+    // An event can arrive after the record that followed it (drained later): kept in between.
+    const int64_t lo = prev_t == INT64_MIN ? INT64_MIN : prev_t + 1;
+    t = heap_peak ? std::clamp(between_t_, std::min(lo, t_ns - 1), t_ns - 1)
+                  : prev_t == INT64_MIN ? t_ns - 1 : prev_t + (t_ns - prev_t) / 2;
     timeline_.push_back({t, rss_peak ? hwm_bytes : -1, heap_peak ? between_heap_ : std::max(heap_, prev_heap)});
-    if (rss_peak) {
-      max_rss_ = hwm_bytes;
-      max_rss_t_ = t;
-    }
+  }
+  if (rss_higher) {
+    max_rss_ = hwm_bytes;
+    max_rss_t_ = t;
   }
   between_heap_ = heap_;
   between_t_ = t_ns;

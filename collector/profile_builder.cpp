@@ -139,7 +139,8 @@ class Builder {
     if (auto it = proc.counters.find("mem_dropped"); it != proc.counters.end() && it->second > 0) {
       const uint64_t kept = proc.counters.count("mem_samples") ? proc.counters.at("mem_samples") : 0;
       proc.messages.push_back(fmt::format(
-          "{} memory events were lost (against {} allocation samples kept): the writer thread could not drain "
+          "{} memory events (allocation and copy samples, frees) were lost, against {} allocation samples kept: "
+          "the writer thread could not drain "
           "its rings in time (a busy machine, a very small --mem-interval); allocation figures are low by about "
           "that share, and a lost free can leave a block counted as live",
           it->second, kept));

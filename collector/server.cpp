@@ -116,7 +116,9 @@ bool Server::poll_once(int timeout_ms, int extra_fd) {
     if (ev && !read_conn(*conns_[i])) {
       close(conns_[i]->fd);
       ProcessStream& st = conns_[i]->decoder.stream();
-      if (st.started && !st.ended) st.closed_while_running = process_running(st.pid);
+      // A stream the decoder rejected ended here, not by the process's doing.
+      if (st.started && !st.ended && st.error.empty() && conns_[i]->decoder.error().empty())
+        st.closed_while_running = process_running(st.pid);
       conns_[i]->decoder.finish();
       done_.push_back(std::move(conns_[i]));
       conns_.erase(conns_.begin() + static_cast<ptrdiff_t>(i));

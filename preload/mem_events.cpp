@@ -76,15 +76,23 @@ uint8_t* EventSlot::reserve(uint32_t len, uint32_t ring_bytes, int64_t wait_ns, 
   uint8_t* p = ring_->reserve(len);
   ThreadState& t = t_mem;
   if (p || wait_ns <= 0 || t.ring_stuck) {
-    if (p) t.ring_stuck = false;
-    else if (fallback_) g_fallback.unlock();
+    if (p) {
+      t.ring_stuck = false;
+    } else {
+      if (fallback_) g_fallback.unlock();
+      wake_writer();  // dropped without a wait: the next events find room sooner
+    }
     return p;
   }
-  // Full: the writer may be in an idle cycle (up to 80 ms) that a burst of events outran.
-  wake_writer();
   const int64_t deadline = clock_ns() + wait_ns;
+  bool woken = false;
   while (!p) {
     if (fallback_) g_fallback.unlock();
+    // Full: the writer may be in an idle cycle (up to 80 ms) that a burst of events outran.
+    if (!woken) {
+      wake_writer();
+      woken = true;
+    }
     if (!keep_waiting.load(std::memory_order_relaxed)) return nullptr;
     if (clock_ns() >= deadline) {
       t.ring_stuck = true;  // the writer is stuck (a collector that stopped reading): no more waits

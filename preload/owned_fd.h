@@ -1,5 +1,6 @@
 // The descriptors the preload keeps open inside the program: the collector's socket (or the event
-// file), /proc/self/statm, wall mode's /proc task files and the per-thread perf events.
+// file), /proc/self/statm and /proc/self/status, wall mode's /proc task files and the per-thread
+// perf events.
 //
 // The descriptor table is the program's. It may close ours (closerange(3, ~0), a daemon's
 // close-every-descriptor loop), after which its next open() can get the number back; or it may

@@ -54,9 +54,9 @@ class Ring {
   // Producer: commit(), and whether this record took the ring to half full or past it, so that the
   // producer can wake the consumer before the ring fills.  // signal-safe
   bool commit_past_half(uint32_t len) {
-    const uint64_t start = pending_head_;  // >= the head before this record (its pad included)
+    const uint64_t start = head_.load(std::memory_order_relaxed);  // before this record and its pad
     commit(len);
-    const uint64_t tail = tail_.load(std::memory_order_acquire);  // <= start: records before it
+    const uint64_t tail = tail_.load(std::memory_order_acquire);  // a later drain only lowers the fill
     const uint64_t half = cap_ / 2;
     return start - tail < half && head_.load(std::memory_order_relaxed) - tail >= half;
   }

@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
   // An output that cannot be written, or that is the profile being read, is refused before any work.
   const std::string& target = *rep ? html : out;
   if (!target.empty() && target != "-") {
-    std::string why = tools::output_problem(target);
+    std::string why = tools::output_problem(target, false);
     if (why.empty() && tools::same_file(file, target)) why = "it is the profile being read (the output would replace it)";
     if (!why.empty()) {
       fprintf(stderr, "mlprof: cannot write %s: %s\n", target.c_str(), why.c_str());

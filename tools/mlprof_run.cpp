@@ -193,8 +193,8 @@ int main(int argc, char** argv) {
   if (o.output.empty()) o.output = default_output(o.command);
   if (!o.no_html && o.html.empty()) o.html = html_path_for(o.output);
   // Checked before the command runs: a run's whole profile must not be lost at its end.
-  std::string why = tools::output_problem(o.output);
-  if (why.empty() && !o.no_html) why = tools::output_problem(o.html);
+  std::string why = tools::output_problem(o.output, true);
+  if (why.empty() && !o.no_html) why = tools::output_problem(o.html, false);
   if (why.empty() && !o.no_html && tools::same_file(o.output, o.html))
     why = fmt::format("-o and --html both name {}: the report would replace the profile", o.output);
   if (!why.empty()) {
@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool serving = o.serving.enabled();
-  if (const char* d = getenv("MLPROF_DISABLE"); d && strcmp(d, "1") == 0 && !o.quiet)
+  if (const char* d = getenv("MLPROF_DISABLE"); d && strcmp(d, "1") == 0 && !o.quiet && !o.serving.no_profile)
     fprintf(stderr, "mlprof-run: MLPROF_DISABLE=1 is set: mlprof's preload stays off in the command, so nothing "
                     "will be profiled (unset it)\n");
   std::vector<std::string> bodies;
@@ -309,7 +309,8 @@ int main(int argc, char** argv) {
   std::set<uint32_t> stopped_pids;  // the processes SIGTERM was sent to (phase 2)
   int64_t phase_t = 0, exited_t = 0, last_status = 0;
   bool child_done = false, detach_sent = false;
-  size_t killed_below = 0;  // processes below the command that ignored the stopping SIGTERM
+  size_t killed_below = 0;  // processes below the command still running 5 s after the stopping SIGTERM
+  bool below_done = false;  // none is left below the command (no more /proc scans)
   int child_status = 0;
 
   for (;;) {
@@ -359,16 +360,19 @@ int main(int argc, char** argv) {
           if (p != child.pid) kill(p, SIGKILL);
         phase = 3;
       }
-    } else if (phase == 2 && !tools::descendants(getpid()).empty()) {
+    } else if (phase == 2 && !below_done && !(below_done = tools::descendants(getpid()).empty())) {
       // Stopping the run (--duration, the serving load's end): the command went, but processes
       // below it that ignored the SIGTERM (a prefork server's workers) are killed 5 s after it,
       // like the command would have been, not detached to run on after mlprof-run.
       if (t - phase_t > 5000000000LL) {
         const std::vector<pid_t> left = tools::descendants(getpid());
         if (!o.quiet)
-          fprintf(stderr, "\nmlprof-run: %zu process%s below the command ignored SIGTERM for 5 s; sending SIGKILL\n",
+          fprintf(stderr, "\nmlprof-run: %zu process%s below the command still ran 5 s after SIGTERM; sending SIGKILL\n",
                   left.size(), left.size() == 1 ? "" : "es");
-        for (pid_t p : left) kill(p, SIGKILL);
+        for (pid_t p : left) {
+          kill(p, SIGKILL);
+          stopped_pids.insert(static_cast<uint32_t>(p));  // ended on purpose: not "killed or crashed"
+        }
         killed_below = left.size();
         // Orphans are mlprof-run's children (the subreaper): reaped here, so that none outlives
         // the run, not even as a zombie for init to collect.
@@ -376,7 +380,7 @@ int main(int argc, char** argv) {
         for (pid_t p : left)
           while (waitpid(p, nullptr, WNOHANG) == 0 && clock_ns() < until) usleep(5000);
         phase = 3;
-        exited_t = t;  // the detach grace below counts from here: their streams end now
+        exited_t = clock_ns();  // the detach grace below counts from here: their streams end now
       }
     } else {
       if (server.open_connections() == 0) break;
@@ -411,7 +415,7 @@ int main(int argc, char** argv) {
   }
   if (killed_below > 0) {
     std::string& by = run.extra["stopped_by"];
-    const std::string what = fmt::format("{} process{} below the command ignored SIGTERM for 5 s and got SIGKILL",
+    const std::string what = fmt::format("{} process{} below the command still ran 5 s after SIGTERM and got SIGKILL",
                                          killed_below, killed_below == 1 ? "" : "es");
     by = by.empty() ? "mlprof-run (" + what + ")" : by + "; " + what;
   }
@@ -437,7 +441,8 @@ int main(int argc, char** argv) {
   profile::Profile prof = collector::build_profile(streams, run, build_opts);
   const int serving_rc = session ? session->finish(prof) : 0;
   for (auto& w : server_warnings) prof.warnings.push_back(w);
-  if (prof.processes.empty() && !o.command.empty()) prof.warnings.push_back(nothing_profiled(o.command[0]));
+  if (prof.processes.empty() && !o.command.empty() && !preload.empty())
+    prof.warnings.push_back(nothing_profiled(o.command[0]));
   prof.run.extra["postprocess_ms"] = fmt::format("{}", (clock_ns() - build_start) / 1000000);
 
   // A write that fails after all (a full disk, a path changed during the run) is said last, after

@@ -19,13 +19,16 @@ std::string dir_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-std::string output_problem(const std::string& path) {
-  const std::string d = dir_of(path);
+std::string output_problem(const std::string& path, bool replaced) {
   struct stat st;
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return fmt::format("{} is a directory, not a file", path);
+    // Written in place (/dev/stdout, a pipe, a file in a read-only directory): the file itself.
+    if (!replaced) return access(path.c_str(), W_OK) == 0 ? "" : fmt::format("{} is not writable", path);
+  }
+  const std::string d = dir_of(path);
   if (stat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return fmt::format("directory {} does not exist", d);
   if (access(d.c_str(), W_OK) != 0) return fmt::format("directory {} is not writable", d);
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    return fmt::format("{} is a directory, not a file", path);
   return "";
 }
 

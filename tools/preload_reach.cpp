@@ -27,8 +27,10 @@ std::string resolve_command(const std::string& command) {
 std::string preload_blocker(const std::string& path) {
   struct stat st;
   if (path.empty() || stat(path.c_str(), &st) != 0) return "";
-  if (st.st_mode & S_ISUID) return "setuid";
-  if (st.st_mode & S_ISGID) return "setgid";
+  // Secure mode only when the set id differs from the caller's (mlprof-run's, which the command
+  // inherits).
+  if ((st.st_mode & S_ISUID) && st.st_uid != geteuid()) return "setuid";
+  if ((st.st_mode & S_ISGID) && st.st_gid != getegid()) return "setgid";
   // An ELF executable without a PT_INTERP program header has no dynamic loader to preload with.
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "";
