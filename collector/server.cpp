@@ -1,5 +1,7 @@
 #include "collector/server.h"
 
+#include "collector/proc_stat.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -7,7 +9,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -21,21 +22,10 @@ namespace {
 // and its flags lack PF_EXITING (set as do_exit starts, before the process's descriptors close,
 // so a killed or crashing process whose connection just closed reads as exiting).
 bool process_running(uint32_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/stat", pid);
-  FILE* f = fopen(path, "re");
-  if (!f) return false;
-  char buf[1024];
-  const size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char* close_paren = strrchr(buf, ')');  // the command name may hold anything
-  if (!close_paren) return false;
-  char state = 0;
-  unsigned long long flags = 0;
-  if (sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %llu", &state, &flags) != 2) return false;
-  constexpr unsigned long long kPfExiting = 0x4;
-  return state != 'Z' && state != 'X' && state != 'x' && (flags & kPfExiting) == 0;
+  ProcStat st;
+  if (!read_proc_stat("/proc/" + std::to_string(pid) + "/stat", &st)) return false;
+  constexpr uint64_t kPfExiting = 0x4;
+  return st.state != 'Z' && st.state != 'X' && st.state != 'x' && (st.flags & kPfExiting) == 0;
 }
 
 }  // namespace

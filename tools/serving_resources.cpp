@@ -1,5 +1,7 @@
 #include "tools/serving_resources.h"
 
+#include "collector/proc_stat.h"
+
 #include <dirent.h>
 #include <sched.h>
 #include <time.h>
@@ -16,52 +18,7 @@ namespace mlprof::tools {
 
 namespace {
 
-struct Stat {
-  pid_t pid = 0, ppid = 0;
-  int64_t cpu_ticks = 0;    // utime + stime: the process's own threads
-  int64_t child_ticks = 0;  // cutime + cstime: its children it reaped (and theirs, recursively)
-  int64_t threads = 0;
-  int64_t rss_pages = 0;
-  uint64_t start = 0;
-};
-
-// /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses, so fields
-// are counted from the last ')'.
-bool read_stat(const std::string& path, Stat* s) {
-  char buf[1024];
-  FILE* f = fopen(path.c_str(), "re");
-  if (!f) return false;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char* close = strrchr(buf, ')');
-  if (!close) return false;
-  s->pid = atoi(buf);
-  // Fields after ')' start at field 3 (state).
-  const char* p = close + 2;
-  int field = 3;
-  char* end = nullptr;
-  while (*p && field <= 24) {
-    if (field != 3) {
-      long long v = strtoll(p, &end, 10);
-      switch (field) {
-        case 4: s->ppid = static_cast<pid_t>(v); break;
-        case 14: s->cpu_ticks += v; break;  // utime
-        case 15: s->cpu_ticks += v; break;  // stime
-        case 16: s->child_ticks += v; break;  // cutime
-        case 17: s->child_ticks += v; break;  // cstime
-        case 20: s->threads = v; break;
-        case 22: s->start = static_cast<uint64_t>(v); break;
-        case 24: s->rss_pages = v; break;
-      }
-    }
-    p = strchr(p, ' ');
-    if (!p) break;
-    ++p;
-    ++field;
-  }
-  return field > 24;
-}
+using collector::ProcStat;
 
 // The process's CPU time from the kernel's scheduler clock (clock_getcpuclockid: every thread's
 // runtime, exited threads included, in ns), or -1 when it cannot be read (gone, not allowed).
@@ -88,13 +45,13 @@ int64_t read_hwm_bytes(const std::string& path) {
   return strtoll(p + 7, nullptr, 10) * 1024;  // "VmHWM:\t  123456 kB"
 }
 
-std::map<pid_t, Stat> read_all(const std::string& proc) {
-  std::map<pid_t, Stat> all;
+std::map<pid_t, ProcStat> read_all(const std::string& proc) {
+  std::map<pid_t, ProcStat> all;
   if (DIR* d = opendir(proc.c_str())) {
     while (dirent* e = readdir(d)) {
       if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      Stat s;
-      if (read_stat(proc + "/" + e->d_name + "/stat", &s)) all[s.pid] = s;
+      ProcStat s;
+      if (collector::read_proc_stat(proc + "/" + e->d_name + "/stat", &s)) all[s.pid] = s;
     }
     closedir(d);
   }
@@ -102,7 +59,7 @@ std::map<pid_t, Stat> read_all(const std::string& proc) {
 }
 
 // Descendants of `ancestor` (over the ppid links), parents before their children.
-std::vector<pid_t> below(const std::map<pid_t, Stat>& all, pid_t ancestor) {
+std::vector<pid_t> below(const std::map<pid_t, ProcStat>& all, pid_t ancestor) {
   std::map<pid_t, std::vector<pid_t>> kids;
   for (auto& [pid, s] : all) kids[s.ppid].push_back(pid);
   std::vector<pid_t> tree, todo = {ancestor};
@@ -124,7 +81,7 @@ std::vector<pid_t> descendants(pid_t ancestor, const std::string& proc_root) {
 }
 
 profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
-  std::map<pid_t, Stat> all = read_all(proc_);
+  std::map<pid_t, ProcStat> all = read_all(proc_);
   const std::vector<pid_t> tree = below(all, ancestor_);
   static const int64_t tick_ns = 1000000000 / std::max<long>(1, sysconf(_SC_CLK_TCK));
   static const int64_t page = sysconf(_SC_PAGESIZE);
@@ -155,7 +112,7 @@ profile::ServingResourcePoint TreePoller::poll(int64_t t_ns) {
   std::map<pid_t, Seen> next;
   int64_t hwm_sum = 0;
   for (pid_t pid : tree) {
-    const Stat& s = all[pid];
+    const ProcStat& s = all[pid];
     const int64_t sched = proc_ == "/proc" ? sched_cpu_ns(pid) : -1;  // a test's fake /proc: its pids are not real
     const bool precise = sched >= 0;
     const int64_t own = precise ? sched : s.cpu_ticks * tick_ns;
