@@ -921,33 +921,42 @@ Result<Profile> decode_profile(const uint8_t* data, size_t size, const std::stri
   return p;
 }
 
+std::string write_file(const std::string& path, const void* data, size_t n) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return fmt::format("{}: {}", path, strerror(errno));
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  for (size_t off = 0; off < n;) {
+    ssize_t w = write(fd, bytes + off, n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = w < 0 ? errno : EIO;
+      close(fd);
+      return fmt::format("{}: {}", path, strerror(err));
+    }
+    off += static_cast<size_t>(w);
+  }
+  if (close(fd) != 0) return fmt::format("{}: {}", path, strerror(errno));
+  return "";
+}
+
 Status write_profile(const Profile& p, const std::string& path) {
   if (Status v = validate_profile(p); !v.ok())
     return Status{fmt::format("cannot write profile {}: the profile is inconsistent ({}); this is a bug in mlprof",
                               path, v.error)};
   const std::vector<uint8_t> bytes = encode_profile(p);
   const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
-  // What failed, on which of the two files (the temporary one, then the rename onto `path`).
-  auto fail = [&](const std::string& what, int fd) {
-    const int err = errno;
-    if (fd >= 0) close(fd);
-    unlink(tmp.c_str());
-    return Status{fmt::format("cannot write profile {}: {}: {}", path, what, strerror(err))};
-  };
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail("creating " + tmp, -1);
-  for (size_t off = 0; off < bytes.size();) {
-    ssize_t n = write(fd, bytes.data() + off, bytes.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0) errno = EIO;
-    if (n <= 0) return fail("writing " + tmp, fd);
-    off += static_cast<size_t>(n);
-  }
   // No fsync: the rename already makes readers see the old file or the complete new one whatever
   // happens to the writing process; fsync would only add an OS-crash guarantee, at 20-50 ms per
   // profile (measured: most of mlprof-run's fixed cost on short runs).
-  if (close(fd) != 0) return fail("closing " + tmp, -1);
-  if (rename(tmp.c_str(), path.c_str()) != 0) return fail("renaming " + tmp + " to it", -1);
+  if (std::string err = write_file(tmp, bytes.data(), bytes.size()); !err.empty()) {
+    unlink(tmp.c_str());
+    return Status{fmt::format("cannot write profile {}: writing {}", path, err)};
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return Status{fmt::format("cannot write profile {}: renaming {} to it: {}", path, tmp, strerror(err))};
+  }
   return Status::Ok();
 }
 

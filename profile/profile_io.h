@@ -48,6 +48,10 @@ Status validate_profile(const Profile&);
 // the .cpp). On failure the temporary file is removed and `path` is left untouched.
 Status write_profile(const Profile&, const std::string& path);
 
+// Writes `n` bytes to `path` in place (created or truncated): "" when it worked, else why it
+// failed ("PATH: strerror"). write_profile's temporary file, and the reports mlprof writes.
+std::string write_file(const std::string& path, const void* data, size_t n);
+
 // Reads and decodes the file at path; errors name the path.
 Result<Profile> read_profile(const std::string& path);
 

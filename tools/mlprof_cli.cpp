@@ -35,7 +35,7 @@ bool write_text(const std::string& path, const std::string& text) {
     std::cout << text;
     return static_cast<bool>(std::cout);
   }
-  if (std::string err = tools::write_file(path, text); !err.empty()) {
+  if (std::string err = profile::write_file(path, text.data(), text.size()); !err.empty()) {
     fprintf(stderr, "mlprof: cannot write %s\n", err.c_str());
     return false;
   }

@@ -455,7 +455,8 @@ int main(int argc, char** argv) {
   } else {
     profile_written = true;
     if (!o.no_html) {
-      write_error = tools::write_file(o.html, report::html_report(prof));
+      const std::string html = report::html_report(prof);
+      write_error = profile::write_file(o.html, html.data(), html.size());
       html_written = write_error.empty();
       if (!html_written) write_error = "cannot write the HTML report " + write_error;
     }

@@ -1,10 +1,8 @@
 #include "tools/output_files.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -49,23 +47,6 @@ bool same_file(const std::string& a, const std::string& b) {
   char ra[PATH_MAX], rb[PATH_MAX];
   if (!realpath(dir_of(a).c_str(), ra) || !realpath(dir_of(b).c_str(), rb)) return a == b;
   return strcmp(ra, rb) == 0 && base_of(a) == base_of(b);
-}
-
-std::string write_file(const std::string& path, const std::string& data) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fmt::format("{}: {}", path, strerror(errno));
-  for (size_t off = 0; off < data.size();) {
-    ssize_t n = write(fd, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      close(fd);
-      return fmt::format("{}: {}", path, strerror(err));
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (close(fd) != 0) return fmt::format("{}: {}", path, strerror(errno));
-  return "";
 }
 
 }  // namespace mlprof::tools

@@ -1,5 +1,5 @@
-// The files mlprof-run and mlprof write: checked before any work (a run's whole profile must not
-// be lost to an output path that cannot take it), and written with the reason of a failure.
+// The files mlprof-run and mlprof write, checked before any work: a run's whole profile must not
+// be lost to an output path that cannot take it. (They are written by profile::write_file.)
 #pragma once
 #include <string>
 
@@ -16,8 +16,5 @@ std::string output_problem(const std::string& path, bool replaced);
 // Whether two paths name the same file: the same inode when both exist, else the same directory
 // (resolved) and name.
 bool same_file(const std::string& a, const std::string& b);
-
-// Writes `data` to `path` ("" when it worked, else why it failed: "path: strerror").
-std::string write_file(const std::string& path, const std::string& data);
 
 }  // namespace mlprof::tools
