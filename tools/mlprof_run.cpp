@@ -88,9 +88,15 @@ std::string html_path_for(const std::string& profile) {
   return base + ".html";
 }
 
+// MLPROF_DISABLE=1 in mlprof-run's environment: the command inherits it, and the preload stays off.
+bool preload_disabled() {
+  const char* d = getenv("MLPROF_DISABLE");
+  return d && strcmp(d, "1") == 0;
+}
+
 // Why a run profiled no process at all: the preload never reported from the command.
 std::string nothing_profiled(const std::string& command) {
-  if (const char* d = getenv("MLPROF_DISABLE"); d && strcmp(d, "1") == 0)
+  if (preload_disabled())
     return "no process was profiled: MLPROF_DISABLE=1 is set in the environment, which turns mlprof's preload off; "
            "unset it";
   const std::string exe = tools::resolve_command(command);
@@ -202,7 +208,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool serving = o.serving.enabled();
-  if (const char* d = getenv("MLPROF_DISABLE"); d && strcmp(d, "1") == 0 && !o.quiet && !o.serving.no_profile)
+  if (preload_disabled() && !o.quiet && !o.serving.no_profile)
     fprintf(stderr, "mlprof-run: MLPROF_DISABLE=1 is set: mlprof's preload stays off in the command, so nothing "
                     "will be profiled (unset it)\n");
   std::vector<std::string> bodies;
@@ -360,12 +366,14 @@ int main(int argc, char** argv) {
           if (p != child.pid) kill(p, SIGKILL);
         phase = 3;
       }
-    } else if (phase == 2 && !below_done && !(below_done = tools::descendants(getpid()).empty())) {
+    } else if (phase == 2 && !below_done) {
       // Stopping the run (--duration, the serving load's end): the command went, but processes
       // below it that ignored the SIGTERM (a prefork server's workers) are killed 5 s after it,
-      // like the command would have been, not detached to run on after mlprof-run.
-      if (t - phase_t > 5000000000LL) {
-        const std::vector<pid_t> left = tools::descendants(getpid());
+      // like the command would have been, not detached to run on after mlprof-run. Once none is
+      // left, the branch below waits for the streams as for any command that ended.
+      const std::vector<pid_t> left = tools::descendants(getpid());
+      below_done = left.empty();
+      if (!below_done && t - phase_t > 5000000000LL) {
         if (!o.quiet)
           fprintf(stderr, "\nmlprof-run: %zu process%s below the command still ran 5 s after SIGTERM; sending SIGKILL\n",
                   left.size(), left.size() == 1 ? "" : "es");
