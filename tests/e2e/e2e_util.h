@@ -95,6 +95,21 @@ inline Profiled profile_run(const std::vector<std::string>& cmd, const std::vect
   return p;
 }
 
+// A command line refused as bad input: `binary args...` exits 2 and says `expect` on stderr.
+struct Refusal {
+  std::vector<std::string> args;
+  std::string expect;
+};
+inline void expect_refused(const std::string& binary, const std::vector<Refusal>& cases) {
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {binary};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    RunResult r = run(argv);
+    EXPECT_EQ(r.exit_code, 2) << c.expect;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << "stderr: " << r.err;
+  }
+}
+
 inline RunResult run_collapsed(const std::string& profile) {
   return run({MLPROF_CLI, "export", profile, "--format", "collapsed"});
 }

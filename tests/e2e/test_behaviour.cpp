@@ -207,10 +207,7 @@ TEST(Behaviour, SummaryGoesToStderrWithoutQuiet) {
 }
 
 TEST(BadInput, OptionsAreValidatedBeforeTheCommandRuns) {
-  struct Case {
-    std::vector<std::string> args;
-    std::string expect;
-  } cases[] = {
+  expect_refused(MLPROF_RUN, {
       {{"--rate", "0", "--", "/bin/true"}, "'0' is not a whole number from 1 to 10000"},
       {{"--rate", "fast", "--", "/bin/true"}, "'fast' is not a whole number from 1 to 10000"},
       {{"--duration", "-1", "--", "/bin/true"}, "'-1' is not a number of seconds above 0"},
@@ -226,14 +223,7 @@ TEST(BadInput, OptionsAreValidatedBeforeTheCommandRuns) {
       {{"-o", "/tmp/mlprof-same-out", "--html", "/tmp/../tmp/mlprof-same-out", "--", "/bin/true"},
        "-o and --html both name /tmp/mlprof-same-out"},
       {{}, "no command"},
-  };
-  for (auto& c : cases) {
-    std::vector<std::string> argv = {MLPROF_RUN};
-    argv.insert(argv.end(), c.args.begin(), c.args.end());
-    RunResult r = run(argv);
-    EXPECT_EQ(r.exit_code, 2) << c.expect;
-    EXPECT_NE(r.err.find(c.expect), std::string::npos) << "stderr: " << r.err;
-  }
+  });
 }
 
 // A run that profiled no process says why: a statically linked program (no loader to preload
